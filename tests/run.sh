@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The project's test command (README, .ci/run): on a fresh Debian 12 machine, as root, it installs what the
+# tests need, brings up the local Slurm cluster (slurm_conf/cluster.sh), runs ruff and the whole pytest
+# suite (unit + Slurm tests), and stops the cluster it started.
+# Extra arguments go to pytest, e.g.  tests/run.sh -m "not slurm"  or  tests/run.sh tests/unit -x
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+
+venv=${THEMIS_VENV:-$here/.venv}
+if [ ! -x "$venv/bin/python" ]; then
+  if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' 2>/dev/null; then
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+  fi
+  python3 -m venv "$venv"
+fi
+"$venv/bin/python" -m pip install -q --upgrade pip >/dev/null
+"$venv/bin/python" -m pip install -q -e ".[test,nvml]"
+
+"$venv/bin/ruff" check .
+
+started_cluster=0
+if [ "${THEMIS_SKIP_SLURM:-0}" != 1 ] && [ -x slurm_conf/cluster.sh ]; then
+  slurm_conf/cluster.sh up
+  started_cluster=1
+fi
+cleanup() { if [ "$started_cluster" = 1 ] && [ "${THEMIS_KEEP_CLUSTER:-0}" != 1 ]; then slurm_conf/cluster.sh down || true; fi; }
+trap cleanup EXIT
+
+set +e
+"$venv/bin/python" -m pytest "$@"
+rc=$?
+set -e
+exit $rc
