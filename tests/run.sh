@@ -21,8 +21,10 @@ fi
 
 started_cluster=0
 if [ "${THEMIS_SKIP_SLURM:-0}" != 1 ] && [ -x slurm_conf/cluster.sh ]; then
-  slurm_conf/cluster.sh up
-  started_cluster=1
+  if ! slurm_conf/cluster.sh status >/dev/null 2>&1; then
+    slurm_conf/cluster.sh up
+    started_cluster=1   # stop only a cluster this run started
+  fi
 fi
 cleanup() { if [ "$started_cluster" = 1 ] && [ "${THEMIS_KEEP_CLUSTER:-0}" != 1 ]; then slurm_conf/cluster.sh down || true; fi; }
 trap cleanup EXIT

@@ -13,6 +13,16 @@ def cli() -> None:
     """Themis finish-time-fair GPU scheduling for Slurm: query, simulate, and tools."""
 
 
+def _register() -> None:
+    """Subcommands live in their own modules; importing them here keeps `themis --help` complete."""
+    from themis_slurm.cli.gres_conf import gres_conf
+
+    cli.add_command(gres_conf)
+
+
+_register()
+
+
 def main() -> None:
     """Console-script entry point."""
     cli()

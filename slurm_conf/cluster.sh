@@ -1,0 +1,484 @@
+#!/usr/bin/env bash
+# cluster.sh - a real multi-node Slurm cluster on ONE machine, for tests, CI and demos of themis-slurm.
+#
+#   cluster.sh up [--nodes N] [--gpus G] [--racks R] [--dir DIR] [--force]
+#   cluster.sh down [--dir DIR] [--purge]
+#   cluster.sh status | env | restart-ctld [--dir DIR]
+#
+# Run as root on Debian 12 (Slurm 22.05 from Debian). `up` installs what is missing (slurmctld, slurmd,
+# slurm-client, munge), writes every file under DIR (default ${THEMIS_CLUSTER_DIR:-/var/tmp/themis-cluster}),
+# starts a private munged, one slurmctld and one slurmd per node (Slurm's "multiple-slurmd" mode: every node is
+# NodeHostname=localhost NodeAddr=127.0.0.1 with its own port), waits until all nodes are idle, writes
+# DIR/env and prints its single line on stdout, so   eval "$(slurm_conf/cluster.sh up)"   works.
+#
+# Shape: N nodes (default 4), each with G fake A100 GPUs (default 4) made of character devices
+# DIR/dev/nvidiaK (major 195, like the real driver: gres/gpu drops GPUs without a device file). Each node is
+# two NVLink islands of G/2 GPUs (gres.conf Links=2 inside an island, 0 across) on two sockets of 8 cores
+# (gres.conf Cores=). Nodes are spread over R racks (default 2) under one spine switch (topology.conf).
+# Nodes advertise 16 CPUs and 16 GiB whatever the machine has (SlurmdParameters=config_overrides).
+#
+# Partitions: `gpu` (Default=YES, all nodes, managed by Themis through job_submit.lua) and `debug`
+# (all nodes, NOT managed: Slurm schedules it alone). The job_submit.lua and its config are copied from
+# slurm_conf/ into DIR/etc (next to slurm.conf, where Slurm looks for them) on every `up`, so an edited
+# repository copy is picked up by the next `up` (slurmctld reloads the script when its mtime changes).
+#
+# This is a TEST cluster: SlurmUser=root and SlurmdUser=root (fine on a throw-away machine; production runs
+# slurmctld as the `slurm` user, see examples/slurm.conf.snippet), no accounting database, no cgroups
+# (proctrack/linuxproc, task/none), ports 26817 (slurmctld) and 26818.. (one per slurmd) so that a system
+# Slurm on the standard 6817/6818 ports is not disturbed. AuthInfo cred_expire=30 makes a plain
+# `scontrol requeue` restart a job after ~31 s instead of ~121 s.
+#
+# Idempotent: `up` of the shape that is already up does nothing (it only refreshes job_submit.lua if the
+# repository copy changed) and exits 0; shape flags that contradict a cluster already in DIR are refused
+# (exit 1) unless --force, which stops it, deletes DIR and starts the new shape. Without shape flags `up`
+# keeps the shape DIR already has. `down` stops exactly the processes it started (pid files under DIR,
+# checked against /proc/PID/cmdline), then the job step daemons those slurmd started and their job processes
+# (found by SLURM_CONF in their environment), and keeps every file: pending and held jobs are still queued
+# after the next `up` (running ones are lost). `down --purge` also deletes DIR. `restart-ctld` restarts only
+# slurmctld (same StateSaveLocation: jobs and job ids survive). `status` exits 0 when everything is up, 3 when not.
+#
+# Two unprivileged users, themis-alice and themis-bob (with home directories), are created if missing so
+# tests can act as ordinary users:  runuser -u themis-alice -- sbatch -o DIR/jobs/%j.out ...
+# DIR/jobs is world-writable and sticky (1777) for job output files.
+#
+# Environment: THEMIS_CLUSTER_DIR (default DIR), THEMIS_CLUSTER_PORT (slurmctld port, default 26817; a second
+# cluster on the same machine needs another DIR and another port), THEMIS_CLUSTER_TIMEOUT (seconds to wait
+# for daemons and nodes, default 60).
+set -euo pipefail
+
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+readonly SCRIPT_DIR
+readonly CTLD_PORT=${THEMIS_CLUSTER_PORT:-26817}   # slurmd ports follow: 26818, 26819, ...
+readonly TEST_USERS=(themis-alice themis-bob)
+readonly CPUS_PER_NODE=16                          # 2 sockets x 8 cores, more than the machine has
+readonly MEM_PER_NODE=16384                        # MiB; CR_Core does not consume memory anyway
+readonly WAIT_SECONDS=${THEMIS_CLUSTER_TIMEOUT:-60}
+
+log() { echo "cluster.sh: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+usage() {
+  sed -n '2,6p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
+
+# ---------------------------------------------------------------------------------------------- arguments
+cmd=${1:-}
+[ -n "$cmd" ] || usage
+shift
+opt_nodes="" opt_gpus="" opt_racks="" opt_force=0 opt_purge=0
+DIR=${THEMIS_CLUSTER_DIR:-/var/tmp/themis-cluster}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --nodes) opt_nodes=${2:?--nodes needs a value}; shift 2 ;;
+    --gpus) opt_gpus=${2:?--gpus needs a value}; shift 2 ;;
+    --racks) opt_racks=${2:?--racks needs a value}; shift 2 ;;
+    --dir) DIR=${2:?--dir needs a value}; shift 2 ;;
+    --nodes=*) opt_nodes=${1#*=}; shift ;;
+    --gpus=*) opt_gpus=${1#*=}; shift ;;
+    --racks=*) opt_racks=${1#*=}; shift ;;
+    --dir=*) DIR=${1#*=}; shift ;;
+    --force) opt_force=1; shift ;;
+    --purge) opt_purge=1; shift ;;
+    -h|--help) usage ;;
+    *) die "unknown argument '$1' (see: $0 --help)" ;;
+  esac
+done
+for v in "$opt_nodes" "$opt_gpus" "$opt_racks"; do
+  [ -z "$v" ] || [[ "$v" =~ ^[1-9][0-9]*$ ]] || die "--nodes/--gpus/--racks take a positive integer, not '$v'"
+done
+case "$DIR" in /*) ;; *) DIR="$PWD/$DIR" ;; esac
+DIR=${DIR%/}
+readonly DIR
+readonly ETC=$DIR/etc CONF=$DIR/etc/slurm.conf RUN=$DIR/run MUNGE=$DIR/munge
+readonly MARKER=$DIR/.themis-cluster SHAPE_FILE=$DIR/shape ENV_FILE=$DIR/env
+export SLURM_CONF=$CONF
+
+# ------------------------------------------------------------------------------------------------ helpers
+need_root() { [ "$(id -u)" = 0 ] || die "run me as root (I start daemons and create users)"; }
+
+# Prints the pid in FILE when that process is alive AND its command line mentions PATTERN (a path under
+# DIR), so a stale pid file whose number was reused by an unrelated process is never acted upon.
+live_pid() {
+  local file=$1 pattern=$2 pid
+  [ -s "$file" ] || return 1
+  pid=$(tr -dc '0-9' <"$file")
+  [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$pattern" || return 1
+  echo "$pid"
+}
+
+shape_nodes() { sed -n 's/.*nodes=\([0-9]*\).*/\1/p' "$SHAPE_FILE"; }
+
+node_names() { local n; n=$(shape_nodes); for ((i = 1; i <= n; i++)); do echo "node$i"; done; }
+
+munged_pid() { live_pid "$MUNGE/munged.pid" "$MUNGE/munge.sock"; }
+ctld_pid() { live_pid "$RUN/slurmctld.pid" "$CONF"; }
+slurmd_pid() { live_pid "$RUN/slurmd-$1.pid" "$CONF -N $1"; }
+
+# Job step daemons started by our slurmd inherit SLURM_CONF=$CONF in their environment: that is how `down`
+# finds them without touching a system Slurm's jobs. (Plain /proc reads: procps is not installed everywhere.)
+stepd_pids() {
+  local d
+  for d in /proc/[0-9]*; do
+    [ "$(cat "$d/comm" 2>/dev/null)" = slurmstepd ] || continue
+    if tr '\0' '\n' <"$d/environ" 2>/dev/null | grep -qxF "SLURM_CONF=$CONF"; then echo "${d#/proc/}"; fi
+  done
+}
+
+# The given pids and all their descendants (job scripts started by a slurmstepd are its children).
+with_descendants() {
+  [ $# -gt 0 ] || return 0
+  local -A keep=() parent=()
+  local d p stat ppid changed=1
+  for p in "$@"; do keep[$p]=1; done
+  for d in /proc/[0-9]*; do
+    stat=$(cat "$d/stat" 2>/dev/null) || continue
+    read -r _ ppid _ <<<"${stat##*) }"   # fields after "(comm) ": state ppid ...
+    parent[${d#/proc/}]=$ppid
+  done
+  while [ "$changed" = 1 ]; do
+    changed=0
+    for p in "${!parent[@]}"; do
+      if [ -z "${keep[$p]:-}" ] && [ -n "${keep[${parent[$p]}]:-}" ]; then keep[$p]=1; changed=1; fi
+    done
+  done
+  printf '%s\n' "${!keep[@]}"
+}
+
+all_up() {
+  [ -f "$SHAPE_FILE" ] && munged_pid >/dev/null && ctld_pid >/dev/null || return 1
+  local n
+  for n in $(node_names); do slurmd_pid "$n" >/dev/null || return 1; done
+}
+
+wait_until() { # wait_until SECONDS DESCRIPTION COMMAND...
+  local limit=$1 what=$2 start=$SECONDS
+  shift 2
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS - start >= limit)); then die "timed out after ${limit}s waiting for $what (logs: $DIR/log)"; fi
+    sleep 0.2
+  done
+}
+
+ctld_responds() { scontrol ping 2>/dev/null | grep -q 'is UP'; }
+
+# All nodes answer and can run jobs: idle/mixed/allocated/completing without a '*' (not responding) and
+# nothing unknown/down/drained/invalid.
+nodes_ready() {
+  local states
+  states=$(sinfo -h -N -p debug -o '%T' 2>/dev/null) || return 1
+  [ "$(echo "$states" | grep -c .)" = "$(shape_nodes)" ] || return 1
+  ! echo "$states" | grep -qvE '^(idle|mixed|allocated|completing)$'
+}
+
+print_env() { cat "$ENV_FILE"; }
+
+# ----------------------------------------------------------------------------------------------- install
+install_packages() {
+  local missing=0 c
+  for c in slurmctld slurmd sbatch munged; do command -v "$c" >/dev/null || missing=1; done
+  [ -e /usr/lib/x86_64-linux-gnu/slurm-wlm/job_submit_lua.so ] || [ -n "$(find /usr/lib -name job_submit_lua.so -print -quit 2>/dev/null)" ] || missing=1
+  [ "$missing" = 1 ] || return 0
+  log "installing slurmctld slurmd slurm-client munge"
+  local pkgs=(slurmctld slurmd slurm-client munge)
+  export DEBIAN_FRONTEND=noninteractive
+  if ! apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null; then
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+  fi
+}
+
+ensure_users() {
+  local u
+  for u in "${TEST_USERS[@]}"; do
+    id -u "$u" >/dev/null 2>&1 || { useradd --create-home --user-group --shell /bin/bash "$u"; log "created user $u"; }
+  done
+}
+
+# ------------------------------------------------------------------------------------------------ config
+# Node k of N goes to rack r when floor((r-1)*N/R) < k <= floor(r*N/R): racks differ by at most one node.
+write_topology() {
+  local nodes=$1 racks=$2 r lo hi
+  {
+    echo "# Generated by slurm_conf/cluster.sh: $racks racks under one spine switch."
+    for ((r = 1; r <= racks; r++)); do
+      lo=$(((r - 1) * nodes / racks + 1)); hi=$((r * nodes / racks))
+      if ((lo == hi)); then echo "SwitchName=rack$r Nodes=node$lo"; else echo "SwitchName=rack$r Nodes=node[$lo-$hi]"; fi
+    done
+    if ((racks == 1)); then echo "SwitchName=spine Switches=rack1"; else echo "SwitchName=spine Switches=rack[1-$racks]"; fi
+  } >"$ETC/topology.conf"
+}
+
+# One File= per line so that Links= can be given (gres.conf requires it). Island of GPU i = i / ceil(G/2);
+# island 0 sits on socket 0 (cores 0-7), island 1 on socket 1 (cores 8-15).
+write_gres() {
+  local nodes=$1 gpus=$2 half i k links island
+  half=$(((gpus + 1) / 2))
+  {
+    echo "# Generated by slurm_conf/cluster.sh: fake A100s, two NVLink islands of $half GPUs per node."
+    echo "AutoDetect=off"
+    for ((i = 0; i < gpus; i++)); do
+      island=$((i / half)); links=""
+      for ((k = 0; k < gpus; k++)); do
+        if ((k == i)); then links+="-1"; elif ((k / half == island)); then links+="2"; else links+="0"; fi
+        ((k == gpus - 1)) || links+=","
+      done
+      echo "NodeName=node[1-$nodes] Name=gpu Type=a100 File=$DIR/dev/nvidia$i Cores=$((island * 8))-$((island * 8 + 7)) Links=$links"
+    done
+  } >"$ETC/gres.conf"
+}
+
+write_slurm_conf() {
+  local nodes=$1 gpus=$2 i
+  {
+    cat <<EOF
+# Generated by slurm_conf/cluster.sh for a local TEST cluster ($nodes nodes x $gpus GPUs); do not edit,
+# edit cluster.sh. Production settings: see slurm_conf/examples/slurm.conf.snippet.
+ClusterName=themis-local
+SlurmctldHost=localhost
+SlurmctldPort=$CTLD_PORT
+SlurmdPort=$((CTLD_PORT + 1))
+# Test cluster only: daemons run as root. Production: SlurmUser=slurm.
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$MUNGE/munge.sock,cred_expire=30
+StateSaveLocation=$DIR/state
+SlurmdSpoolDir=$DIR/spool/%n
+SlurmctldPidFile=$RUN/slurmctld.pid
+SlurmdPidFile=$RUN/slurmd-%n.pid
+SlurmctldLogFile=$DIR/log/slurmctld.log
+SlurmdLogFile=$DIR/log/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+PlugStackConfig=$ETC/plugstack.conf
+TmpFS=$DIR/tmp
+MailProg=/bin/true
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/filetxt
+JobCompLoc=$DIR/log/jobcomp.log
+MpiDefault=none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+GresTypes=gpu
+TopologyPlugin=topology/tree
+# Themis: managed jobs are held at submit by job_submit.lua (next to this file) and released by the daemon.
+JobSubmitPlugins=lua
+JobRequeue=1
+ReturnToService=2
+SlurmdParameters=config_overrides
+MinJobAge=30
+KillWait=2
+InactiveLimit=0
+SlurmctldTimeout=30
+SlurmdTimeout=60
+MessageTimeout=10
+EOF
+    for ((i = 1; i <= nodes; i++)); do
+      echo "NodeName=node$i NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((CTLD_PORT + i)) CPUs=$CPUS_PER_NODE Boards=1 SocketsPerBoard=2 CoresPerSocket=8 ThreadsPerCore=1 RealMemory=$MEM_PER_NODE Gres=gpu:a100:$gpus State=UNKNOWN"
+    done
+    echo "PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
+    echo "PartitionName=debug Nodes=ALL MaxTime=INFINITE State=UP"
+  } >"$CONF"
+}
+
+# Copies job_submit.lua and its config next to slurm.conf when the repository copy differs. cp gives the
+# copy a new mtime, which is what makes slurmctld reload the script.
+refresh_lua() {
+  local f changed=0
+  for f in job_submit.lua themis_job_submit.conf.lua; do
+    [ -f "$SCRIPT_DIR/$f" ] || die "missing $SCRIPT_DIR/$f"
+    if ! cmp -s "$SCRIPT_DIR/$f" "$ETC/$f"; then
+      install -m 0644 "$SCRIPT_DIR/$f" "$ETC/$f.new" && mv -f "$ETC/$f.new" "$ETC/$f"
+      changed=1
+    fi
+  done
+  # Touch the script last so a config-only change also makes slurmctld reload both.
+  if [ "$changed" = 1 ]; then touch "$ETC/job_submit.lua"; log "installed job_submit.lua and config into $ETC"; fi
+}
+
+make_tree() {
+  local nodes=$1 gpus=$2 racks=$3 i
+  mkdir -p "$DIR"
+  chmod 0755 "$DIR"
+  touch "$MARKER"
+  mkdir -p "$ETC" "$RUN" "$DIR/state" "$DIR/log" "$DIR/dev" "$DIR/tmp" "$MUNGE"
+  for ((i = 1; i <= nodes; i++)); do mkdir -p "$DIR/spool/node$i"; done
+  mkdir -p "$DIR/jobs" && chmod 1777 "$DIR/jobs" "$DIR/tmp"
+  chmod 0711 "$MUNGE"   # clients (the test users) must reach the socket, not list the key
+  for ((i = 0; i < gpus; i++)); do
+    if [ ! -c "$DIR/dev/nvidia$i" ]; then rm -f "$DIR/dev/nvidia$i"; mknod -m 0666 "$DIR/dev/nvidia$i" c 195 "$i"; fi
+  done
+  if [ ! -s "$MUNGE/munge.key" ]; then
+    (umask 077 && dd if=/dev/urandom of="$MUNGE/munge.key" bs=1024 count=1 status=none)
+  fi
+  : >"$ETC/plugstack.conf"
+  write_slurm_conf "$nodes" "$gpus"
+  write_gres "$nodes" "$gpus"
+  write_topology "$nodes" "$racks"
+  refresh_lua
+  echo "nodes=$nodes gpus=$gpus racks=$racks" >"$SHAPE_FILE"
+  echo "export SLURM_CONF=$CONF" >"$ENV_FILE"
+}
+
+# ------------------------------------------------------------------------------------------------ daemons
+start_munged() {
+  munged_pid >/dev/null && return 0
+  rm -f "$MUNGE/munge.sock" "$MUNGE/munge.sock.lock"
+  munged --socket="$MUNGE/munge.sock" --key-file="$MUNGE/munge.key" --pid-file="$MUNGE/munged.pid" \
+    --seed-file="$MUNGE/munged.seed" --log-file="$MUNGE/munged.log" --num-threads=4
+  wait_until 10 "munged socket" test -S "$MUNGE/munge.sock"
+}
+
+start_ctld() {
+  ctld_pid >/dev/null && return 0
+  slurmctld -f "$CONF"
+  wait_until "$WAIT_SECONDS" "slurmctld to answer" ctld_responds
+}
+
+start_slurmds() {
+  local n
+  for n in $(node_names); do
+    slurmd_pid "$n" >/dev/null || slurmd -f "$CONF" -N "$n"
+  done
+}
+
+# TERM the given pids, wait for them to exit, KILL what is left after 20 s.
+stop_pids() {
+  local pids=("$@") p start=$SECONDS alive
+  [ ${#pids[@]} -gt 0 ] || return 0
+  kill -TERM "${pids[@]}" 2>/dev/null || true
+  while :; do
+    alive=()
+    for p in "${pids[@]}"; do [ -d "/proc/$p" ] && alive+=("$p"); done
+    [ ${#alive[@]} -gt 0 ] || return 0
+    if ((SECONDS - start >= 20)); then log "killing ${alive[*]} (did not stop within 20s)"; kill -KILL "${alive[@]}" 2>/dev/null || true; return 0; fi
+    sleep 0.1
+  done
+}
+
+# ------------------------------------------------------------------------------------------------ commands
+cmd_up() {
+  need_root
+  local nodes gpus racks
+  if [ -f "$SHAPE_FILE" ]; then
+    local cur_nodes cur_gpus cur_racks
+    cur_nodes=$(shape_nodes)
+    cur_gpus=$(sed -n 's/.*gpus=\([0-9]*\).*/\1/p' "$SHAPE_FILE")
+    cur_racks=$(sed -n 's/.*racks=\([0-9]*\).*/\1/p' "$SHAPE_FILE")
+    nodes=${opt_nodes:-$cur_nodes} gpus=${opt_gpus:-$cur_gpus} racks=${opt_racks:-$cur_racks}
+    if [ "$nodes/$gpus/$racks" != "$cur_nodes/$cur_gpus/$cur_racks" ]; then
+      if [ "$opt_force" != 1 ]; then
+        log "$DIR holds a cluster of $cur_nodes nodes x $cur_gpus GPUs in $cur_racks racks; you asked for $nodes x $gpus in $racks."
+        log "use 'up --force' to replace it (its jobs are lost) or another --dir"
+        exit 1
+      fi
+      log "replacing the $cur_nodes x $cur_gpus cluster in $DIR (--force)"
+      cmd_down_impl 1
+    elif all_up; then
+      refresh_lua
+      log "already up ($nodes nodes x $gpus GPUs, $racks racks) in $DIR"
+      print_env
+      return 0
+    fi
+  fi
+  nodes=${nodes:-${opt_nodes:-4}} gpus=${gpus:-${opt_gpus:-4}} racks=${racks:-${opt_racks:-2}}
+  ((racks <= nodes)) || die "--racks $racks is more than --nodes $nodes"
+  ((nodes <= 64)) || die "--nodes $nodes: at most 64 nodes (one port each from $((CTLD_PORT + 1)))"
+  install_packages
+  ensure_users
+  make_tree "$nodes" "$gpus" "$racks"
+  start_munged
+  start_ctld
+  start_slurmds
+  wait_until "$WAIT_SECONDS" "all $nodes nodes to be idle" nodes_ready
+  log "up: $nodes nodes x $gpus GPUs in $racks racks, state in $DIR"
+  print_env
+}
+
+# Stops what we started (slurmd + slurmctld together, then their job steps, then munged); purge=1 also
+# deletes DIR (only if it carries our marker file, so a mistyped --dir cannot remove someone's data).
+cmd_down_impl() {
+  local purge=$1 pids=() p n
+  if [ -f "$SHAPE_FILE" ]; then
+    for n in $(node_names); do p=$(slurmd_pid "$n") && pids+=("$p"); done
+  fi
+  p=$(ctld_pid) && pids+=("$p")
+  stop_pids "${pids[@]}"
+  # Job step daemons ignore SIGTERM: end their job processes and them with TERM, then KILL after KillWait.
+  mapfile -t pids < <(stepd_pids)
+  mapfile -t pids < <(with_descendants "${pids[@]}")
+  if [ ${#pids[@]} -gt 0 ]; then
+    kill -TERM "${pids[@]}" 2>/dev/null || true
+    local alive
+    for _ in $(seq 20); do   # up to 2 s for the job processes to end (the step daemons themselves ignore TERM)
+      alive=0
+      for p in "${pids[@]}"; do
+        if [ -d "/proc/$p" ] && [ "$(cat "/proc/$p/comm" 2>/dev/null)" != slurmstepd ]; then alive=1; break; fi
+      done
+      [ "$alive" = 1 ] || break
+      sleep 0.1
+    done
+    kill -KILL "${pids[@]}" 2>/dev/null || true
+  fi
+  if p=$(munged_pid); then stop_pids "$p"; fi
+  if [ "$purge" = 1 ] && [ -d "$DIR" ]; then
+    [ -f "$MARKER" ] || die "$DIR has no $MARKER: not deleting it"
+    rm -rf "$DIR"
+    log "deleted $DIR"
+  fi
+}
+
+cmd_down() {
+  need_root
+  cmd_down_impl "$opt_purge"
+  log "down ($DIR)"
+}
+
+cmd_status() {
+  local rc=0 p n
+  if [ ! -f "$SHAPE_FILE" ]; then echo "no cluster in $DIR"; exit 3; fi
+  echo "dir: $DIR ($(cat "$SHAPE_FILE"))"
+  if p=$(munged_pid); then echo "munged: running (pid $p)"; else echo "munged: stopped"; rc=3; fi
+  if p=$(ctld_pid); then echo "slurmctld: running (pid $p)"; else echo "slurmctld: stopped"; rc=3; fi
+  for n in $(node_names); do
+    if p=$(slurmd_pid "$n"); then echo "slurmd $n: running (pid $p)"; else echo "slurmd $n: stopped"; rc=3; fi
+  done
+  if [ "$rc" = 0 ]; then
+    if ctld_responds; then sinfo -N -o '%N %P %T %G' 2>/dev/null || true; else echo "slurmctld does not answer"; rc=3; fi
+  fi
+  exit "$rc"
+}
+
+cmd_env() {
+  [ -f "$ENV_FILE" ] || die "no cluster in $DIR (run: $0 up)"
+  print_env
+}
+
+cmd_restart_ctld() {
+  need_root
+  [ -f "$SHAPE_FILE" ] || die "no cluster in $DIR (run: $0 up)"
+  local p
+  if p=$(ctld_pid); then stop_pids "$p"; fi
+  start_munged
+  start_ctld
+  start_slurmds
+  wait_until "$WAIT_SECONDS" "nodes to answer the restarted slurmctld" nodes_ready
+  log "slurmctld restarted"
+}
+
+case "$cmd" in
+  up) cmd_up ;;
+  down) cmd_down ;;
+  status) cmd_status ;;
+  env) cmd_env ;;
+  restart-ctld) cmd_restart_ctld ;;
+  -h|--help|help) usage ;;
+  *) die "unknown command '$cmd' (up, down, status, env, restart-ctld)" ;;
+esac

@@ -1,0 +1,478 @@
+--[[
+job_submit.lua - themis-slurm's gatekeeper inside slurmctld (Slurm 22.05 or later, JobSubmitPlugins=lua).
+
+WHAT IT DOES
+  Themis (finish-time-fair GPU scheduling, Mahajan et al., NSDI 2020) decides OUTSIDE Slurm which jobs get
+  which GPUs. Slurm has no external-scheduler protocol, so the pattern is: hold managed jobs at submit, let
+  the themisd daemon decide, pin a job to nodes (ReqNodeList) and release it. This script is the "hold at
+  submit" half, and it closes the doors through which a user could start a held job behind Themis's back.
+
+  At submit (slurm_job_submit), for a job that asks for GPUs in a managed partition (config below):
+    * its Themis options, given in --comment as  themis:key=value,...  are checked; a bad option REJECTS
+      the submission with a message that names the field, the value and what is accepted;
+    * a normalised, trusted record is written to the job's AdminComment, which users cannot change:
+          themis:v1;app=<name>;model=<model>;sens=<class>;est=<seconds>
+      (fields always present and in this order, values may be empty; est is whole seconds). The daemon
+      reads THIS record, never the user-editable Comment;
+    * in mode "enforce" the job is held (priority 0, Reason JobHeldUser) and made requeueable;
+      in mode "observe" it is not held; in mode "off" nothing at all happens.
+  At update (slurm_job_modify), for jobs in managed partitions and users who are not Themis operators:
+    * releasing a managed job (scontrol release = priority INFINITE) or any other priority change is refused
+      with "Job is in held state, pending scheduler release";
+    * changing the partition (into or out of a managed one), ReqNodeList/ExcNodeList, Features, the GPU
+      request (Gres/TRES), node counts, or AdminComment is refused with "Access/permission denied";
+    * everything else is allowed: Comment (progress reports), shorter TimeLimit, Name, ... and scancel is
+      not an update at all. Root, the SlurmUser and the configured operators may do anything.
+
+  Note: Slurm 22.05 discards slurm.log_user() messages in slurm_job_modify (only slurm_job_submit can talk to
+  the user), so a refused update is reported through the error code; the reason goes to slurmctld's log.
+
+THE --comment GRAMMAR (also in docs/user-guide.md)
+  comment  := "themis:" [ option { "," option } ] [ ";" free-text ]
+  option   := key "=" value            (spaces around keys and values are ignored)
+  app      := [A-Za-z0-9][A-Za-z0-9_.-]{0,63}       groups a user's jobs into one app (scoped per user)
+  model    := vgg11 | vgg16 | vgg19 | alexnet | resnet50 | resnet101 | resnet152 | inception3 |
+              inception4 | googlenet                   (placement sensitivity profile of a known model)
+  sens     := high | medium | low | none              (placement sensitivity class; not with model)
+  est      := 90s | 45m | 6h | 2d | 1h30m | [D-]HH:MM:SS   (expected run time on the GPUs requested,
+              > 0 and <= 365 days)
+  A comment that does not start with "themis:" is free text and ignored. Keys are case-insensitive, each
+  key at most once; model/sens/est values are case-insensitive, app names are kept as written.
+
+INSTALL
+  Copy this file and themis_job_submit.conf.lua next to slurm.conf (e.g. /etc/slurm/), set
+  JobSubmitPlugins=lua in slurm.conf and `scontrol reconfigure` (see examples/slurm.conf.snippet).
+  slurmctld reloads this script by itself when its mtime changes (an edit in the same second as the last
+  load can go unnoticed: touch the file again). A script that fails to load keeps the previous one running.
+
+PERFORMANCE
+  The hooks run inside slurmctld's locks for every submission and update: they do no I/O except re-reading
+  the small config file at most every reload_seconds, and no external commands.
+--]]
+
+-- ------------------------------------------------------------------------------------------- constants
+local RECORD_PREFIX = "themis:v1"     -- first field of the AdminComment record; bump on format changes
+local COMMENT_PREFIX = "themis:"      -- user options in --comment start with this (case-insensitive)
+local CONFIG_FILE = "themis_job_submit.conf.lua"
+local NO_VAL = slurm.NO_VAL or 4294967294
+local NO_VAL16 = slurm.NO_VAL16 or 65534
+local INFINITE = slurm.INFINITE or 4294967295
+-- Slurm error codes returned by slurm_job_modify; the client prints their text. Not all are exported to
+-- Lua; their numbers are part of Slurm's wire protocol (slurm/slurm_errno.h) and stable across releases.
+local ESLURM_ACCESS_DENIED = slurm.ESLURM_ACCESS_DENIED or 2002   -- "Access/permission denied"
+local ESLURM_JOB_HELD = 2042          -- "Job is in held state, pending scheduler release"
+local MAX_EST_SECONDS = 365 * 86400
+
+local KNOWN_KEYS = { "app", "model", "sens", "est" }
+local KNOWN_MODELS = { "vgg11", "vgg16", "vgg19", "alexnet", "resnet50", "resnet101", "resnet152",
+                       "inception3", "inception4", "googlenet" }
+local KNOWN_SENS = { "high", "medium", "low", "none" }
+
+local DEFAULTS = {
+  managed_partitions = { "gpu" },
+  mode = "enforce",
+  operators = { "themis" },
+  allow_interactive = false,
+  reload_seconds = 60,
+}
+
+-- --------------------------------------------------------------------------------------- small helpers
+local function set_of(list)
+  local s = {}
+  for _, v in ipairs(list) do s[v] = true end
+  return s
+end
+
+local MODEL_SET, SENS_SET, KEY_SET = set_of(KNOWN_MODELS), set_of(KNOWN_SENS), set_of(KNOWN_KEYS)
+
+local function trim(s)
+  return (s:gsub("^%s+", ""):gsub("%s+$", ""))
+end
+
+-- Values echoed back to the user are shortened: a message must stay readable.
+local function shown(v)
+  if #v > 40 then return v:sub(1, 37) .. "..." end
+  return v
+end
+
+local function split_commas(s)
+  local out = {}
+  if s == nil then return out end
+  for item in s:gmatch("[^,]+") do
+    item = trim(item)
+    if item ~= "" then out[#out + 1] = item end
+  end
+  return out
+end
+
+-- Directory of this script: the config file and slurm.conf live next to it. slurmctld loads the script
+-- with luaL_loadfile(<dir of slurm.conf>/job_submit.lua), so the chunk's source is "@<that path>".
+local function script_dir()
+  local info = debug.getinfo(1, "S")
+  local src = info and info.source or ""
+  if src:sub(1, 1) == "@" then
+    local dir = src:sub(2):match("^(.*)/[^/]*$")
+    if dir and dir ~= "" then return dir end
+  end
+  return "/etc/slurm"
+end
+
+local SCRIPT_DIR = script_dir()
+
+-- ------------------------------------------------------------------------------------------ config load
+-- name -> uid from /etc/passwd (read only when the config is (re)loaded).
+local function passwd_uids()
+  local uids = {}
+  local f = io.open("/etc/passwd", "r")
+  if not f then return uids end
+  for line in f:lines() do
+    local name, uid = line:match("^([^:]+):[^:]*:(%d+):")
+    if name then uids[name] = tonumber(uid) end
+  end
+  f:close()
+  return uids
+end
+
+-- SlurmUser from the slurm.conf next to this script (Slurm's default is root).
+local function slurm_user_name()
+  local f = io.open(SCRIPT_DIR .. "/slurm.conf", "r")
+  if not f then return "root" end
+  local user = "root"
+  for line in f:lines() do
+    local v = line:lower():match("^%s*slurmuser%s*=%s*([%w_.%-]+)")
+    if v then user = line:match("=%s*([%w_.%-]+)") end
+  end
+  f:close()
+  return user
+end
+
+-- Reads the config file in an empty sandbox. Returns a table or nil, error.
+local function read_config_file(path)
+  local chunk, err = loadfile(path)
+  if not chunk then return nil, err end
+  setfenv(chunk, {})
+  local ok, result = pcall(chunk)
+  if not ok then return nil, tostring(result) end
+  if type(result) ~= "table" then return nil, "it must `return { ... }` (a table)" end
+  return result
+end
+
+-- Merges the file's values over DEFAULTS, checking each; bad entries are logged and defaulted.
+local function build_config(raw)
+  local cfg = {}
+  for k, v in pairs(DEFAULTS) do cfg[k] = v end
+  for k, v in pairs(raw or {}) do
+    local ok = true
+    if k == "managed_partitions" then
+      ok = type(v) == "table"
+      if ok then for _, p in ipairs(v) do if type(p) ~= "string" then ok = false end end end
+    elseif k == "mode" then
+      ok = (v == "enforce" or v == "observe" or v == "off")
+    elseif k == "operators" then
+      ok = type(v) == "table"
+    elseif k == "allow_interactive" then
+      ok = type(v) == "boolean"
+    elseif k == "reload_seconds" then
+      ok = type(v) == "number" and v >= 1
+    else
+      slurm.log_error("themis: %s: unknown setting '%s' ignored", CONFIG_FILE, tostring(k))
+      ok = nil
+    end
+    if ok then
+      cfg[k] = v
+    elseif ok == false then
+      slurm.log_error("themis: %s: bad value for '%s', using the default", CONFIG_FILE, k)
+    end
+  end
+  cfg.managed = set_of(cfg.managed_partitions)
+  -- Operator uids: root, SlurmUser, and the configured names/uids.
+  local uids = passwd_uids()
+  cfg.operator_uids = { [0] = true }
+  local su = slurm_user_name()
+  if uids[su] then cfg.operator_uids[uids[su]] = true
+  elseif tonumber(su) then cfg.operator_uids[tonumber(su)] = true end
+  for _, op in ipairs(cfg.operators) do
+    if type(op) == "number" then
+      cfg.operator_uids[op] = true
+    elseif tonumber(op) then
+      cfg.operator_uids[tonumber(op)] = true
+    elseif uids[op] then
+      cfg.operator_uids[uids[op]] = true
+    else
+      slurm.log_verbose("themis: operator '%s' is not in /etc/passwd; list its uid instead", tostring(op))
+    end
+  end
+  return cfg
+end
+
+local current_config, config_loaded_at = nil, 0
+
+-- The config in force, re-read at most every reload_seconds. On a broken file the previous config (or the
+-- defaults, on the first load) stays in force: submission must never break because of a typo.
+local function config()
+  local now = os.time()
+  if current_config and now - config_loaded_at < current_config.reload_seconds then
+    return current_config
+  end
+  config_loaded_at = now
+  local path = SCRIPT_DIR .. "/" .. CONFIG_FILE
+  local raw, err = read_config_file(path)
+  if raw then
+    current_config = build_config(raw)
+  else
+    slurm.log_error("themis: cannot use %s (%s); keeping %s", path, tostring(err),
+                    current_config and "the previous config" or "the defaults")
+    current_config = current_config or build_config({})
+  end
+  return current_config
+end
+
+-- -------------------------------------------------------------------------------------- option parsing
+-- Duration -> seconds, or nil. Accepts 90s, 45m, 6h, 2d, 1h30m (units d h m s, each once, in that order)
+-- and [D-]HH:MM:SS (minutes and seconds below 60).
+local function parse_duration(v)
+  v = v:lower()
+  local d, h, m, s = v:match("^(%d+)%-(%d+):(%d%d):(%d%d)$")
+  if not d then
+    h, m, s = v:match("^(%d+):(%d%d):(%d%d)$")
+    d = "0"
+  end
+  if h then
+    if #d > 3 or #h > 4 or tonumber(m) >= 60 or tonumber(s) >= 60 then return nil end
+    return tonumber(d) * 86400 + tonumber(h) * 3600 + tonumber(m) * 60 + tonumber(s)
+  end
+  local unit_seconds = { d = 86400, h = 3600, m = 60, s = 1 }
+  local order = { d = 1, h = 2, m = 3, s = 4 }
+  local total, last, rest = 0, 0, v
+  if rest == "" then return nil end
+  while rest ~= "" do
+    local num, unit, tail = rest:match("^(%d+)([dhms])(.*)$")
+    if not num or #num > 9 or order[unit] <= last then return nil end
+    total = total + tonumber(num) * unit_seconds[unit]
+    last, rest = order[unit], tail
+  end
+  return total
+end
+
+local function invalid(key, value, expected)
+  return string.format("themis: invalid option %s=%s in --comment: expected %s", key, shown(value), expected)
+end
+
+-- Parses a job comment. Returns:
+--   nil                  the comment carries no Themis options (absent, or free text)
+--   opts                 a table {app=, model=, sens=, est=(seconds)} (absent keys are nil)
+--   nil, message         the options are invalid; message is for the user
+local function parse_comment(comment)
+  if comment == nil then return nil end
+  local s = trim(comment)
+  if s:sub(1, #COMMENT_PREFIX):lower() ~= COMMENT_PREFIX then return nil end
+  local body = s:sub(#COMMENT_PREFIX + 1)
+  local options = body:match("^([^;]*)")      -- free text may follow the first ';'
+  local opts = {}
+  if trim(options) == "" then return opts end
+  for item in (options .. ","):gmatch("([^,]*),") do
+    item = trim(item)
+    if item == "" then
+      return nil, "themis: empty option in --comment (two commas in a row?): write themis:key=value,key=value"
+    end
+    local key, value = item:match("^([^=]*)=(.*)$")
+    if not key then
+      return nil, string.format("themis: option '%s' in --comment has no value: write key=value (known keys: %s)",
+                                shown(item), table.concat(KNOWN_KEYS, ", "))
+    end
+    key, value = trim(key):lower(), trim(value)
+    if not KEY_SET[key] then
+      return nil, string.format("themis: unknown option '%s' in --comment: known options are %s",
+                                shown(key), table.concat(KNOWN_KEYS, ", "))
+    end
+    if opts[key] ~= nil then
+      return nil, string.format("themis: option %s given twice in --comment", key)
+    end
+    if key == "app" then
+      if not (value:match("^[A-Za-z0-9][A-Za-z0-9_.%-]*$") and #value <= 64) then
+        return nil, invalid(key, value,
+          "a name of 1 to 64 letters, digits, '_', '.' or '-' starting with a letter or digit")
+      end
+      opts.app = value
+    elseif key == "model" then
+      if not MODEL_SET[value:lower()] then
+        return nil, invalid(key, value, "one of " .. table.concat(KNOWN_MODELS, ", "))
+      end
+      opts.model = value:lower()
+    elseif key == "sens" then
+      if not SENS_SET[value:lower()] then
+        return nil, invalid(key, value, "one of " .. table.concat(KNOWN_SENS, ", "))
+      end
+      opts.sens = value:lower()
+    elseif key == "est" then
+      local seconds = parse_duration(value)
+      if not seconds then
+        return nil, invalid(key, value, "a duration such as 90m, 6h, 1h30m, 2d, 1-12:00:00")
+      end
+      if seconds <= 0 or seconds > MAX_EST_SECONDS then
+        return nil, invalid(key, value, "a duration above 0 and at most 365 days")
+      end
+      opts.est = seconds
+    end
+  end
+  if opts.model and opts.sens then
+    return nil, "themis: options model= and sens= in --comment are mutually exclusive: give a model or a " ..
+                "sensitivity class, not both"
+  end
+  return opts
+end
+
+-- The trusted record stored in AdminComment. Keep it short and stable: the daemon parses it.
+local function record(opts)
+  opts = opts or {}
+  return string.format("%s;app=%s;model=%s;sens=%s;est=%s", RECORD_PREFIX, opts.app or "",
+                       opts.model or "", opts.sens or "", opts.est and string.format("%d", opts.est) or "")
+end
+
+-- ------------------------------------------------------------------------------------ job classification
+-- True when a TRES/GRES request string asks for at least one GPU. Slurm 22.05 writes them as
+-- "gres:gpu:2", "gres:gpu:a100:2", "gres:gpu" (newer releases: "gres/gpu:2"); several are comma separated.
+local function asks_gpus(tres)
+  if tres == nil or tres == "" then return false end
+  for entry in tres:gmatch("[^,]+") do
+    local e = trim(entry):gsub("^gres[:/]", "")
+    local name, rest = e:match("^([^:=]+)(.*)$")
+    if name == "gpu" then
+      local count = rest:match("[:=](%d+)$")
+      if count == nil or tonumber(count) > 0 then return true end
+    end
+  end
+  return false
+end
+
+local function job_asks_gpus(j)
+  return asks_gpus(j.tres_per_node) or asks_gpus(j.tres_per_job) or asks_gpus(j.tres_per_socket)
+      or asks_gpus(j.tres_per_task)
+end
+
+-- The partitions a submission names, or the default partition when it names none.
+local function submit_partitions(job_desc, part_list)
+  local parts = split_commas(job_desc.partition)
+  if #parts == 0 and part_list then
+    for name, part in pairs(part_list) do
+      if part.flag_default == 1 then parts[1] = name; break end
+    end
+  end
+  return parts
+end
+
+local function count_managed(cfg, parts)
+  local n = 0
+  for _, p in ipairs(parts) do if cfg.managed[p] then n = n + 1 end end
+  return n
+end
+
+local function is_set_num(v, none)
+  return v ~= nil and v ~= none
+end
+
+-- ----------------------------------------------------------------------------------------------- hooks
+function slurm_job_submit(job_desc, part_list, submit_uid)
+  local cfg = config()
+  if cfg.mode == "off" then return slurm.SUCCESS end
+
+  -- Themis options are checked on every job that carries them, so a mistake is caught even when the job
+  -- turns out not to be managed (they only take effect on managed jobs).
+  local opts, err = parse_comment(job_desc.comment)
+  if err then
+    slurm.log_user("%s", err)
+    return slurm.ERROR
+  end
+
+  local parts = submit_partitions(job_desc, part_list)
+  local managed = count_managed(cfg, parts)
+  if managed == 0 or not job_asks_gpus(job_desc) then return slurm.SUCCESS end
+
+  if managed < #parts then
+    slurm.log_user("themis: a GPU job may not list Themis-managed and other partitions together (%s): " ..
+                   "submit it to one partition", table.concat(parts, ","))
+    return slurm.ERROR
+  end
+  local where = table.concat(parts, ",")
+
+  if cfg.mode == "enforce" then
+    if job_desc.script == nil and not cfg.allow_interactive then
+      slurm.log_user("themis: GPU jobs in partition %s must be batch jobs (sbatch): Themis takes GPUs back " ..
+                     "by requeueing, which only works for batch jobs; use an unmanaged partition for " ..
+                     "interactive work", where)
+      return slurm.ERROR
+    end
+    if job_desc.requeue == 0 then
+      slurm.log_user("themis: jobs in partition %s must be requeueable: drop --no-requeue (Themis " ..
+                     "preempts by requeueing; see the user guide on checkpointing)", where)
+      return slurm.ERROR
+    end
+    if is_set_num(job_desc.het_job_offset, NO_VAL) then
+      slurm.log_user("themis: heterogeneous jobs are not supported in partition %s", where)
+      return slurm.ERROR
+    end
+    job_desc.requeue = 1
+    job_desc.priority = 0            -- held (Reason JobHeldUser) until themisd pins and releases it
+  end
+  job_desc.admin_comment = record(opts)
+  slurm.log_info("themis: %s job of uid %d in %s: %s", cfg.mode == "enforce" and "held" or "observed",
+                 submit_uid, where, job_desc.admin_comment)
+  return slurm.SUCCESS
+end
+
+local function refuse(code, what, job_rec, modify_uid)
+  slurm.log_info("themis: refused %s of job %s by uid %d (Themis-managed)", what, tostring(job_rec.job_id),
+                 modify_uid)
+  return code
+end
+
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+  local cfg = config()
+  if cfg.mode ~= "enforce" or cfg.operator_uids[modify_uid] then return slurm.SUCCESS end
+
+  local cur = split_commas(job_rec.partition)
+  local new = split_commas(job_desc.partition)
+  local in_managed = count_managed(cfg, cur) > 0
+  local to_managed = count_managed(cfg, new) > 0
+  if not in_managed and not to_managed then return slurm.SUCCESS end
+
+  -- Partition changes into or out of a managed partition: a held job moved to an unmanaged partition would
+  -- escape Themis; an unmanaged job moved into one would run without having been held.
+  if #new > 0 and table.concat(new, ",") ~= table.concat(cur, ",") then
+    return refuse(ESLURM_ACCESS_DENIED, "partition change to " .. table.concat(new, ","), job_rec, modify_uid)
+  end
+
+  -- Adding or changing a GPU request: a CPU job in a managed partition must not turn into an unheld GPU
+  -- job, and a managed job's size is what Themis allocated.
+  for _, f in ipairs({ "tres_per_node", "tres_per_job", "tres_per_socket", "tres_per_task" }) do
+    if job_desc[f] ~= nil then return refuse(ESLURM_ACCESS_DENIED, f .. " change", job_rec, modify_uid) end
+  end
+
+  local managed = (job_rec.admin_comment or ""):sub(1, #RECORD_PREFIX) == RECORD_PREFIX
+  if not managed then return slurm.SUCCESS end
+
+  -- scontrol release arrives as priority INFINITE, scontrol hold/uhold as 0, top/Priority= as a number:
+  -- the start of a managed job belongs to themisd, so none of them is the owner's to make.
+  if is_set_num(job_desc.priority, NO_VAL) then
+    local what = job_desc.priority == INFINITE and "release" or "priority change"
+    return refuse(ESLURM_JOB_HELD, what, job_rec, modify_uid)
+  end
+  -- Placement is Themis's: node lists and features would let a user steer or block it.
+  if job_desc.req_nodes ~= nil then return refuse(ESLURM_ACCESS_DENIED, "ReqNodeList change", job_rec, modify_uid) end
+  if job_desc.exc_nodes ~= nil then return refuse(ESLURM_ACCESS_DENIED, "ExcNodeList change", job_rec, modify_uid) end
+  if job_desc.features ~= nil then return refuse(ESLURM_ACCESS_DENIED, "Features change", job_rec, modify_uid) end
+  if is_set_num(job_desc.min_nodes, NO_VAL) or is_set_num(job_desc.max_nodes, NO_VAL) then
+    return refuse(ESLURM_ACCESS_DENIED, "node count change", job_rec, modify_uid)
+  end
+  if job_desc.admin_comment ~= nil then
+    return refuse(ESLURM_ACCESS_DENIED, "AdminComment change", job_rec, modify_uid)
+  end
+  if is_set_num(job_desc.requeue, NO_VAL16) and job_desc.requeue == 0 then
+    return refuse(ESLURM_ACCESS_DENIED, "Requeue=0", job_rec, modify_uid)
+  end
+  return slurm.SUCCESS
+end
+
+-- Load the config once when slurmctld (re)loads the script, so errors show up in its log right away.
+config()
+return slurm.SUCCESS

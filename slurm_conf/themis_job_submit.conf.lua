@@ -1,0 +1,36 @@
+-- themis_job_submit.conf.lua - configuration of job_submit.lua (themis-slurm).
+--
+-- Install it NEXT TO job_submit.lua (which itself sits next to slurm.conf, usually /etc/slurm/).
+-- It is plain data: the file is run in an empty sandbox (no functions, no io, no os) and must return a
+-- table. Unknown keys and bad values are reported in slurmctld's log and replaced by the defaults below,
+-- so a typo never stops job submission.
+--
+-- slurmctld re-reads this file at most every `reload_seconds` seconds (and whenever job_submit.lua itself
+-- changes: `touch /etc/slurm/job_submit.lua` applies a change at once).
+return {
+  -- Partitions whose GPU jobs Themis schedules. A GPU job (any --gres=gpu, --gpus, --gpus-per-node,
+  -- --gpus-per-task, --gpus-per-socket request) submitted to one of these (or to the default partition
+  -- when that is one of these) is "managed". Jobs without GPUs in these partitions are left to Slurm.
+  managed_partitions = { "gpu" },
+
+  -- "enforce": managed jobs are held at submit (priority 0) until the Themis daemon pins and releases them;
+  --            their owners may not release them, change their partition, node list or GPU request.
+  -- "observe": managed jobs are NOT held (Slurm schedules them as usual) but still get the admin_comment
+  --            record, so the daemon can run in observe/advise mode and report what it would do.
+  -- "off":     kill switch: job_submit.lua does nothing at all (no checks, no records, no holds).
+  mode = "enforce",
+
+  -- Who may release, pin (ReqNodeList), requeue or otherwise change managed jobs, besides root and the
+  -- SlurmUser of slurm.conf (always allowed). User names (looked up in /etc/passwd when this file is read)
+  -- or numeric uids (use uids for users that exist only in LDAP/SSSD). The daemon's account belongs here;
+  -- also give it Slurm operator rights:  sacctmgr modify user themis set AdminLevel=Operator
+  operators = { "themis" },
+
+  -- salloc/srun GPU jobs in a managed partition: Themis takes GPUs back by requeueing the job, which only
+  -- works for batch jobs, so interactive GPU jobs are refused there by default (send them to an
+  -- unmanaged partition instead). Set true to accept them (they are held and released like batch jobs).
+  allow_interactive = false,
+
+  -- Seconds between re-reads of this file by slurmctld (the only file I/O the script does).
+  reload_seconds = 60,
+}

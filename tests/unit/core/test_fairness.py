@@ -1,0 +1,92 @@
+"""rho = T_sh / T_id and the contention clock."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from themis_slurm.core.fairness import ContentionClock, FairnessModel, job_throughput
+from themis_slurm.core.topology import Topology
+from themis_slurm.core.workload import App, Job
+
+
+def model(gpus: int = 8, islands: int = 1) -> FairnessModel:
+    topo = Topology.uniform(1, gpus // 4, 4, islands)
+    return FairnessModel(topo, topo.size)
+
+
+def test_t_id_uses_the_share_or_max_parallelism() -> None:
+    m = model(8)
+    big = App("a", "u", 0.0, (Job("j", "a", gpus=8, work=8000.0, profile="none"),), contention=4)
+    assert m.t_id(big) == pytest.approx(8000 / 2)  # share 8/4 = 2 GPUs
+    small = App("b", "u", 0.0, (Job("k", "b", gpus=1, work=1000.0, profile="none"),), contention=2)
+    assert m.t_id(small) == pytest.approx(1000 / 1)  # cannot use its 4-GPU share
+
+
+def test_t_id_uses_the_best_placement_the_hardware_allows() -> None:
+    m = model(8)
+    app = App("a", "u", 0.0, (Job("j", "a", gpus=8, work=8000.0, profile="vgg16"),), contention=1)
+    # an 8-GPU gang on 4-GPU nodes spans machines: factor 0.72 even on a private cluster
+    assert m.t_id(app) == pytest.approx(8000 / (8 * 0.72))
+
+
+def test_rho_under_allocations_and_with_none() -> None:
+    m = model(8)
+    app = App("a", "u", 0.0, (Job("j", "a", gpus=4, work=4000.0, done=1000.0, profile="none"),), contention=2)
+    tid = 4000 / 4
+    assert m.rho(app, 500.0, 4.0) == pytest.approx((500 + 3000 / 4) / tid)
+    none = m.rho(app, 500.0, 0.0)
+    assert math.isfinite(none) and none == pytest.approx((500 + 3000 / 0.1) / tid)
+    assert none > 8 * m.rho(app, 500.0, 1.0)  # elapsed time dilutes the 10x of the throughput floor
+    assert m.rho(App("e", "u", 0.0), 10.0, 0.0) == 1.0
+
+
+def test_finished_work_keeps_t_id_stable() -> None:
+    m = model(8)
+    a1 = App("a", "u", 0.0, (Job("j1", "a", 2, 2000.0), Job("j2", "a", 2, 2000.0)), contention=2)
+    a2 = App("a", "u", 0.0, (Job("j2", "a", 2, 2000.0),), contention=2, finished_work=2000.0, peak_gpus=4)
+    assert m.t_id(a1) == pytest.approx(m.t_id(a2))
+
+
+def test_job_throughput_follows_placement() -> None:
+    topo = Topology.uniform(2, 1, 4)
+    job = Job("j", "a", 4, 100.0, profile="vgg16")
+    assert job_throughput(job, [0, 1, 2, 3], topo) == 4.0
+    assert job_throughput(job, [0, 1, 4, 5], topo) == pytest.approx(4 * 0.52)
+
+
+def test_contention_clock_time_average() -> None:
+    c = ContentionClock.start(0.0, 2)
+    c = c.advance(10.0, 4)  # N=2 for 10 s
+    c = c.advance(20.0, 1)  # N=4 for 10 s
+    assert c.average == pytest.approx(3.0)
+    assert ContentionClock.start(5.0, 0).average == 1.0
+
+
+@given(
+    work=st.floats(1, 1e6),
+    done=st.floats(0, 1e6),
+    x1=st.floats(0, 64),
+    x2=st.floats(0, 64),
+    elapsed=st.floats(0, 1e5),
+)
+def test_rho_decreases_with_throughput(work: float, done: float, x1: float, x2: float, elapsed: float) -> None:
+    m = model(8)
+    app = App("a", "u", 0.0, (Job("j", "a", 8, work, done=min(done, work)),), contention=3)
+    lo, hi = sorted((x1, x2))
+    assert m.rho(app, elapsed, hi) <= m.rho(app, elapsed, lo) + 1e-12
+    assert math.isfinite(m.rho(app, elapsed, 0.0))
+
+
+def test_job_validation_names_the_field() -> None:
+    with pytest.raises(ValueError, match="gpus must be >= 1"):
+        Job("j", "a", 0, 1.0)
+    with pytest.raises(ValueError, match="work must be > 0"):
+        Job("j", "a", 1, 0.0)
+    with pytest.raises(ValueError, match="must equal gpus"):
+        Job("j", "a", 8, 1.0, gpus_per_node=4, nodes=3)
+    with pytest.raises(ValueError, match="belongs to app"):
+        App("b", "u", 0.0, (Job("j", "a", 1, 1.0),))

@@ -1,0 +1,169 @@
+"""An app's agent: turns offered GPUs into a valuation table (bundles and the rho each would give).
+
+The agent packs the app's waiting gangs into offered GPUs one by one, in the app's own order (lease
+holders first so that winning again means staying in place, then jobs by submit time), each at the
+tightest placement the pool allows (:meth:`Pool.find`). A bundle is a prefix of that sequence: its value is
+the rho the app would reach with it. The authors' agent enumerates GPU subsets and keeps the best-placed
+bundle per size; packing gang by gang gives the same best-placed bundle per size in O(gangs) placements
+instead of exponential enumeration. Alternatives that avoid conflicts between apps (the same tight spot
+wanted by two apps) come from packing within one rack or one node (:meth:`Agent.chain` with `within`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from themis_slurm.core.fairness import FairnessModel
+from themis_slurm.core.placement import Pool, get_profile, throughput
+from themis_slurm.core.topology import Level
+from themis_slurm.core.workload import App, Job
+
+
+@dataclass(frozen=True, slots=True)
+class Gang:
+    """A placed gang: the job's GPUs, the level they span and the throughput they give."""
+
+    job_id: str
+    gpus: frozenset[int]
+    level: Level
+    throughput: float
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """One row of a valuation table: a set of gangs for one app and the rho it would reach."""
+
+    app_id: str
+    gangs: tuple[Gang, ...]
+    rho: float
+    gain: float  # log(rho_base / rho): the auction's value of the bundle
+    gpus: frozenset[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpus", frozenset().union(*(g.gpus for g in self.gangs)))
+
+    @property
+    def throughput(self) -> float:
+        return sum(g.throughput for g in self.gangs)
+
+
+class Agent:
+    """Bids for one app in one round.
+
+    `jobs` are the app's jobs that want GPUs this round, in bidding order; `homes` maps lease holders
+    (whose lease expires now) to the GPUs they hold, so that they can be renewed in place;
+    `base_throughput` is what the app keeps from leases that do not expire.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        model: FairnessModel,
+        now: float,
+        base_throughput: float,
+        jobs: Sequence[Job],
+        homes: Mapping[str, frozenset[int]] | None = None,
+    ) -> None:
+        self.app = app
+        self.app_id = app.id
+        self.model = model
+        self.now = now
+        self.base = base_throughput
+        self.homes = dict(homes or {})
+        # renewals first (keep running in place), then the rest in the given order
+        self.jobs: tuple[Job, ...] = tuple(
+            sorted(jobs, key=lambda j: (j.id not in self.homes, j.submit, j.id))
+        )
+        self._tid = model.t_id(app)
+        self._elapsed = max(0.0, now - app.arrival)
+        self._remaining = app.remaining_work
+        self.rho_base = self.rho_of(0.0)
+
+    def rho_of(self, extra_throughput: float) -> float:
+        """rho if the app ran at base + extra throughput from now on."""
+        if self._tid <= 0:
+            return 1.0
+        x = max(self.base + extra_throughput, self.model.idle_throughput)
+        return (self._elapsed + self._remaining / x) / self._tid
+
+    def gain_of(self, extra_throughput: float) -> float:
+        return math.log(self.rho_base) - math.log(self.rho_of(extra_throughput))
+
+    def place(self, job: Job, pool: Pool, within: Iterable[str] | None = None) -> Gang | None:
+        """The best gang for `job` in `pool` (not taken), or None when it does not fit."""
+        profile = get_profile(job.profile)
+        home = self.homes.get(job.id)
+        if home is not None and all(g in pool for g in home):
+            level = pool.topo.level_of(home)
+            return Gang(job.id, home, level, throughput(len(home), level, profile))
+        within = list(within) if within is not None else None
+        gpus = pool.find(job.gpus, job.gpus_per_node, job.nodes, within)
+        best: Gang | None = None
+        if gpus is not None:
+            level = pool.topo.level_of(gpus)
+            best = Gang(job.id, gpus, level, throughput(len(gpus), level, profile))
+        if job.elastic and (best is None or best.level > Level.NODE):
+            # a smaller, tighter allocation may beat a wide one for a placement-sensitive job
+            nodes = within if within is not None else pool.topo.nodes
+            widest = max((pool.node_free(n) for n in nodes), default=0)
+            for n in range(min(job.gpus, widest), 0, -1):
+                g2 = pool.find(n, within=within)
+                if g2 is None:
+                    continue
+                lvl = pool.topo.level_of(g2)
+                cand = Gang(job.id, g2, lvl, throughput(n, lvl, profile))
+                if best is None or cand.throughput > best.throughput:
+                    best = cand
+                break
+        return best
+
+    def kind(self, job: Job) -> tuple:
+        """Jobs of one kind are interchangeable for bidding: same shape and profile, not a lease holder."""
+        if job.id in self.homes:
+            return ("home", job.id)
+        return (job.gpus, job.gpus_per_node, job.nodes, job.profile, job.elastic)
+
+    def options(self, job: Job, pool: Pool, elastic_small: bool = True) -> list[Gang]:
+        """Gangs the job could take now: its best placement, and for elastic jobs also one GPU."""
+        best = self.place(job, pool)
+        if best is None:
+            return []
+        out = [best]
+        if elastic_small and job.elastic and len(best.gpus) > 1:
+            one = pool.find(1)
+            if one is not None:
+                lvl = pool.topo.level_of(one)
+                out.append(Gang(job.id, one, lvl, throughput(1, lvl, get_profile(job.profile))))
+        return out
+
+    def chain(self, pool: Pool, within: Iterable[str] | None = None) -> list[Bundle]:
+        """Bundles of growing size: the gangs that fit, packed one after the other.
+
+        The pool is left as it was (GPUs are taken while packing and returned at the end).
+        """
+        within = list(within) if within is not None else None
+        gangs: list[Gang] = []
+        bundles: list[Bundle] = []
+        x = 0.0
+        try:
+            for job in self.jobs:
+                gang = self.place(job, pool, within)
+                if gang is None:
+                    continue
+                pool.take(gang.gpus)
+                gangs.append(gang)
+                x += gang.throughput
+                rho = self.rho_of(x)
+                bundles.append(Bundle(self.app_id, tuple(gangs), rho, math.log(self.rho_base) - math.log(rho)))
+        finally:
+            for g in gangs:
+                pool.give(g.gpus)
+        return bundles
+
+    def bundle(self, gangs: Sequence[Gang]) -> Bundle:
+        """Value an arbitrary set of gangs for this app."""
+        x = sum(g.throughput for g in gangs)
+        rho = self.rho_of(x)
+        return Bundle(self.app_id, tuple(gangs), rho, math.log(self.rho_base) - math.log(rho))

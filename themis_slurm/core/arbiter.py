@@ -1,0 +1,276 @@
+"""One Themis round: state in, Decision out. Pure: the simulator and the daemon call exactly this.
+
+Steps (Themis NSDI 2020, section 4; choices in docs/design.md):
+
+1. **Pool**: free GPUs plus those of leases expiring now. Holders that cannot be preempted are renewed
+   outright; holders that can become bidders for their own GPUs (renewal in place if they win).
+2. **Visibility**: every app with waiting work computes rho under its current allocation; the offer goes
+   to the ``max(1, floor((1 - f) * n))`` apps with the worst rho (f = fairness knob).
+3. **Bids**: each bidder's :class:`~themis_slurm.core.agent.Agent` values bundles by the rho they give.
+4. **Winner determination** (exact MILP for small rounds, fast greedy otherwise), then **hidden
+   payments**: each winner keeps whole gangs worth at most c_i of what it won.
+5. **Leftover**: withheld and unbid GPUs go first to the apps outside the auction, then to the apps
+   that paid no hidden payment, then to anyone, by the same marginal-rho greedy, until no waiting job
+   fits: no GPU idles while work that fits waits (work conservation wins over the incentive when only
+   a payer can use a GPU).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from themis_slurm.core.agent import Agent, Gang
+from themis_slurm.core.auction import (
+    Allocation,
+    ExactSolver,
+    FastSolver,
+    Payment,
+    greedy_fill,
+    hidden_payments,
+)
+from themis_slurm.core.decision import AppRecord, Decision, Grant, Preemption, Renewal
+from themis_slurm.core.fairness import FairnessModel, job_throughput
+from themis_slurm.core.placement import Pool
+from themis_slurm.core.topology import Topology
+from themis_slurm.core.workload import App, Job, Lease
+
+SOLVERS = ("auto", "exact", "fast")
+
+
+@dataclass(frozen=True)
+class ArbiterConfig:
+    """Knobs of the mechanism. Defaults and their sources are in docs/design.md."""
+
+    fairness_knob: float = 0.8
+    lease_s: float = 600.0
+    solver: str = "auto"
+    exact_max_bidders: int = 12
+    exact_max_gpus: int = 64
+    idle_throughput: float = 0.1
+    hidden_payments: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.fairness_knob < 1.0:
+            raise ValueError(f"fairness_knob must be in [0, 1), got {self.fairness_knob}")
+        if not self.lease_s > 0:
+            raise ValueError(f"lease_s must be > 0 seconds, got {self.lease_s}")
+        if self.solver not in SOLVERS:
+            raise ValueError(f"solver must be one of {', '.join(SOLVERS)}, got {self.solver!r}")
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """What the arbiter sees: the cluster, what is free, who holds what, and the apps.
+
+    `free` are GPUs Themis may hand out now; GPUs that are neither free nor leased (unmanaged jobs,
+    drained nodes) are simply absent from both. `cluster_gpus` is C in T_id (defaults to the topology size).
+    """
+
+    topology: Topology
+    now: float
+    free: frozenset[int]
+    leases: tuple[Lease, ...]
+    apps: tuple[App, ...]
+    cluster_gpus: int | None = None
+
+
+def _validate(state: ClusterState, jobs: Mapping[str, Job]) -> None:
+    seen: dict[int, str] = {}
+    n = state.topology.size
+    for g in state.free:
+        if not 0 <= g < n:
+            raise ValueError(f"free GPU id {g} is not in the topology (0..{n - 1})")
+        seen[g] = "free"
+    for lease in state.leases:
+        if lease.job_id not in jobs:
+            raise ValueError(f"lease for unknown job {lease.job_id}")
+        for g in lease.gpus:
+            if g in seen:
+                raise ValueError(f"GPU {g} is both {seen[g]} and leased to job {lease.job_id}")
+            seen[g] = f"leased to job {lease.job_id}"
+
+
+def run_round(state: ClusterState, config: ArbiterConfig | None = None) -> Decision:
+    """Run one Themis round (see module docstring)."""
+    cfg = config or ArbiterConfig()
+    topo, now = state.topology, state.now
+    jobs = {j.id: j for a in state.apps for j in a.jobs}
+    if len(jobs) != sum(len(a.jobs) for a in state.apps):
+        raise ValueError("job ids must be unique across apps")
+    _validate(state, jobs)
+    model = FairnessModel(topo, state.cluster_gpus or topo.size, cfg.idle_throughput)
+    expiry = now + cfg.lease_s
+
+    # 1. pool: free + expiring preemptible leases
+    renewals: list[Renewal] = []
+    held: dict[str, Lease] = {}
+    homes: dict[str, frozenset[int]] = {}
+    pool_ids = set(state.free)
+    for lease in state.leases:
+        job = jobs[lease.job_id]
+        if lease.expiry > now:
+            held[job.id] = lease
+        elif not job.preemptible:
+            held[job.id] = lease
+            renewals.append(Renewal(job.id, job.app_id, lease.gpus, expiry, "not preemptible: keeps its GPUs"))
+        else:
+            homes[job.id] = lease.gpus
+            pool_ids |= lease.gpus
+    pool = Pool(topo, pool_ids)
+    offered = pool.size
+
+    # 2. agents for apps with waiting work; rank by rho under the current allocation
+    agents: dict[str, Agent] = {}
+    rho_now: dict[str, float] = {}
+    for app in state.apps:
+        base = sum(job_throughput(j, held[j.id].gpus, topo) for j in app.jobs if j.id in held)
+        cur = base + sum(job_throughput(j, homes[j.id], topo) for j in app.jobs if j.id in homes)
+        rho_now[app.id] = model.rho(app, now, cur)
+        waiting = [j for j in app.jobs if j.id not in held and j.remaining > 0]
+        if waiting:
+            agents[app.id] = Agent(app, model, now, base, waiting, {j.id: homes[j.id] for j in waiting if j.id in homes})
+    ranked = sorted(agents, key=lambda a: (-rho_now[a], a))
+    n_bid = max(1, math.floor((1.0 - cfg.fairness_knob) * len(ranked))) if ranked else 0
+    bidders = [agents[a] for a in ranked[:n_bid]]
+
+    # 3-4. auction among the bidders, hidden payments
+    solver_name = cfg.solver
+    if solver_name == "auto":
+        small = len(bidders) <= cfg.exact_max_bidders and pool.size <= cfg.exact_max_gpus
+        solver_name = "exact" if small else "fast"
+    payments: dict[str, Payment] = {}
+    x_star = Allocation({}, 0.0, solver_name)
+    if bidders and pool.size:
+        if solver_name == "exact":
+            exact = ExactSolver(node_alternatives=topo.size <= cfg.exact_max_gpus)
+            cands = exact.candidates(bidders, pool)
+            x_star = exact.solve_candidates(cands)
+            if cfg.hidden_payments:
+                payments = hidden_payments(bidders, pool, x_star, exact, cands)
+        else:
+            x_star = FastSolver().solve(bidders, pool)
+            if cfg.hidden_payments:
+                payments = hidden_payments(bidders, pool, x_star)
+    got: dict[str, list[Gang]] = {}
+    source: dict[str, str] = {}
+    for aid, won in x_star.bundles.items():
+        kept = payments[aid].kept if aid in payments else won.gangs
+        if kept:
+            pool.take(frozenset().union(*(g.gpus for g in kept)))
+            got[aid] = list(kept)
+            for g in kept:
+                source[g.job_id] = "auction"
+
+    # 5. leftover: first to the apps outside the auction (as in the paper), then to every app that paid no
+    #    hidden payment (withheld GPUs must not flow straight back to their payer), then to everyone,
+    #    until no waiting job fits (work conservation)
+    paid = {aid for aid, p in payments.items() if p.withheld}
+    bidder_ids = {a.app_id for a in bidders}
+    before = {aid: len(gs) for aid, gs in got.items()}
+    phases = (
+        [a for a in agents.values() if a.app_id not in bidder_ids],
+        [a for a in agents.values() if a.app_id not in paid],
+        list(agents.values()),
+    )
+    for group in phases:
+        got = {**got, **greedy_fill(group, pool, {a.app_id: got.get(a.app_id, []) for a in group})}
+    for aid, gangs in got.items():
+        for g in gangs[before.get(aid, 0) :]:
+            source.setdefault(g.job_id, "leftover")
+
+    return _decide(state, cfg, model, agents, bidders, rho_now, x_star, payments, got, source, homes,
+                   renewals, expiry, offered, pool, jobs)  # fmt: skip
+
+
+def _decide(
+    state: ClusterState,
+    cfg: ArbiterConfig,
+    model: FairnessModel,
+    agents: Mapping[str, Agent],
+    bidders: list[Agent],
+    rho_now: Mapping[str, float],
+    x_star: Allocation,
+    payments: Mapping[str, Payment],
+    got: Mapping[str, list[Gang]],
+    source: Mapping[str, str],
+    homes: Mapping[str, frozenset[int]],
+    renewals: list[Renewal],
+    expiry: float,
+    offered: int,
+    pool: Pool,
+    jobs: Mapping[str, Job],
+) -> Decision:
+    topo = state.topology
+    grants: list[Grant] = []
+    preemptions: list[Preemption] = []
+    granted: set[str] = set()
+    for aid, gangs in got.items():
+        for g in gangs:
+            granted.add(g.job_id)
+            home = homes.get(g.job_id)
+            if home is not None and home == g.gpus:
+                why = "won its GPUs back in the auction" if source[g.job_id] == "auction" else "kept its GPUs as leftover"
+                renewals.append(Renewal(g.job_id, aid, g.gpus, expiry, why))
+                continue
+            if home is not None:
+                preemptions.append(Preemption(g.job_id, aid, home, "lease expired; moved to other GPUs"))
+            grants.append(
+                Grant(g.job_id, aid, g.gpus, topo.nodes_of(g.gpus), g.level.label, expiry, source[g.job_id],
+                      migrated=home is not None)  # fmt: skip
+            )
+    for jid, home in homes.items():
+        if jid not in granted:
+            preemptions.append(Preemption(jid, jobs[jid].app_id, home, "lease expired and lost the auction"))
+
+    bid_ids = {a.app_id for a in bidders}
+    rank = {aid: k + 1 for k, aid in enumerate(sorted(agents, key=lambda a: (-rho_now[a], a)))}
+    records: dict[str, AppRecord] = {}
+    for app in state.apps:
+        aid = app.id
+        gangs = got.get(aid, [])
+        ag = agents.get(aid)
+        rho_after = ag.rho_of(sum(g.throughput for g in gangs)) if ag is not None else rho_now[aid]
+        won = x_star.bundles.get(aid)
+        pay = payments.get(aid)
+        kept = len(frozenset().union(*(g.gpus for g in pay.kept))) if pay else (len(won.gpus) if won else 0)
+        total = len(frozenset().union(*(g.gpus for g in gangs))) if gangs else 0
+        leftover = total - kept
+        if ag is None:
+            reason = "nothing waiting"
+        elif aid in bid_ids:
+            if won is None:
+                reason = f"bid (rank {rank[aid]}) but won nothing"
+            else:
+                reason = f"bid (rank {rank[aid]}), won {len(won.gpus)} GPU(s)"
+                if pay is not None and pay.withheld:
+                    reason += f", kept {kept} after hidden payment c={pay.fraction:.3f}"
+        else:
+            reason = f"not offered (rank {rank[aid]} of {len(agents)}; f={cfg.fairness_knob})"
+        if leftover:
+            reason += f"; {leftover} GPU(s) from leftover"
+        records[aid] = AppRecord(
+            app_id=aid,
+            rho_before=rho_now[aid],
+            rho_after=rho_after,
+            rank=rank.get(aid),
+            bid=aid in bid_ids,
+            won_gpus=len(won.gpus) if won else 0,
+            kept_gpus=kept,
+            payment_fraction=pay.fraction if pay else None,
+            leftover_gpus=leftover,
+            reason=reason,
+        )
+    return Decision(
+        now=state.now,
+        grants=tuple(grants),
+        renewals=tuple(renewals),
+        preemptions=tuple(preemptions),
+        apps=records,
+        solver=x_star.solver,
+        objective=x_star.objective,
+        offered_gpus=offered,
+        idle_gpus=pool.free_ids(),
+    )

@@ -1,0 +1,85 @@
+"""What a round decided, and why: the arbiter's output, consumed by the daemon and the simulator.
+
+Grants start jobs (and leases); renewals extend a lease holder that won its own GPUs back (no Slurm action,
+no restart); preemptions take GPUs from a holder whose lease expired and who lost. Every app gets an
+:class:`AppRecord` so that `themis explain` can say why a job runs or waits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """Start `job_id` on `gpus` (per-node counts in `nodes`) with a lease until `lease_expiry`.
+
+    `source` is "auction" (won and kept after the hidden payment) or "leftover" (work conservation).
+    `migrated` is set when the job held other GPUs until now (it is preempted from those first).
+    """
+
+    job_id: str
+    app_id: str
+    gpus: frozenset[int]
+    nodes: Mapping[str, int]
+    level: str
+    lease_expiry: float
+    source: str
+    migrated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Renewal:
+    """A lease holder keeps its GPUs, untouched, until `lease_expiry`."""
+
+    job_id: str
+    app_id: str
+    gpus: frozenset[int]
+    lease_expiry: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """Take `gpus` back from `job_id`: warn (SIGUSR1), then requeue it to wait for a later round."""
+
+    job_id: str
+    app_id: str
+    gpus: frozenset[int]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class AppRecord:
+    """One app's part in a round, for the audit log and `themis explain`."""
+
+    app_id: str
+    rho_before: float
+    rho_after: float
+    rank: int | None  # 1 = worst rho among apps wanting GPUs; None when it wanted none
+    bid: bool
+    won_gpus: int = 0
+    kept_gpus: int = 0
+    payment_fraction: float | None = None  # c_i when it won something in the auction
+    leftover_gpus: int = 0
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Everything one round decided."""
+
+    now: float
+    grants: tuple[Grant, ...] = ()
+    renewals: tuple[Renewal, ...] = ()
+    preemptions: tuple[Preemption, ...] = ()
+    apps: Mapping[str, AppRecord] = field(default_factory=dict)
+    solver: str = ""
+    objective: float = 0.0
+    offered_gpus: int = 0
+    idle_gpus: frozenset[int] = frozenset()
+
+    @property
+    def empty(self) -> bool:
+        return not (self.grants or self.renewals or self.preemptions)

@@ -1,0 +1,123 @@
+"""Finish-time fairness: rho = T_sh / T_id (Themis, NSDI 2020, section 3).
+
+Choices (docs/design.md, "Finish-time fairness", has the reasons):
+
+* **T_id** is the app's finish time on a private 1/N share of the cluster:
+  ``T_id = total_work / (min(max_parallelism, C / N) * best_factor)`` where C is the number of GPUs Themis
+  schedules, N the app's time-averaged contention over its life so far (:class:`ContentionClock`), and
+  best_factor the work-weighted placement factor of the app's jobs at the tightest level the hardware
+  allows. An app that cannot use its whole share (max parallelism < C/N) is charged only for what it can
+  use. The share is treated as fluid (a gang wider than C/N is time-sliced on it), as the authors'
+  simulator does with max(1, demand / C).
+* **T_sh** is elapsed time plus the remaining work at the throughput of the allocation being valued:
+  ``T_sh = (now - arrival) + remaining_work / X``, the authors' online estimate generalised to several
+  jobs (an app keeps feeding its jobs into the GPUs it holds).
+* **No allocation**: X is floored at ``idle_throughput`` GPU-equivalents (default 0.1), so an app with
+  nothing ranks as badly off (rho about 10x what one GPU would give it) while rho, gains and hidden
+  payments stay finite.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from themis_slurm.core.placement import get_profile
+from themis_slurm.core.topology import Level, Topology
+from themis_slurm.core.workload import App, Job
+
+
+@dataclass(frozen=True, slots=True)
+class ContentionClock:
+    """Time-average of N (apps contending) over an app's life: integral of N dt divided by elapsed time.
+
+    Pure value type: ``advance`` returns a new clock. Callers advance every app's clock at each event
+    with the N that held since the previous event.
+    """
+
+    since: float
+    last: float
+    integral: float = 0.0
+    current: float = 1.0
+
+    @classmethod
+    def start(cls, now: float, n: float) -> ContentionClock:
+        return cls(since=now, last=now, integral=0.0, current=max(1.0, n))
+
+    def advance(self, now: float, n: float) -> ContentionClock:
+        """Account for the interval since the last call at the old N, then switch to the new N."""
+        dt = max(0.0, now - self.last)
+        return ContentionClock(self.since, max(now, self.last), self.integral + dt * self.current, max(1.0, n))
+
+    @property
+    def average(self) -> float:
+        span = self.last - self.since
+        return self.integral / span if span > 0 else self.current
+
+
+@dataclass(frozen=True)
+class FairnessModel:
+    """Computes T_id, T_sh and rho for apps on one cluster."""
+
+    topology: Topology
+    cluster_gpus: int
+    idle_throughput: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.cluster_gpus < 1:
+            raise ValueError(f"cluster_gpus must be >= 1, got {self.cluster_gpus}")
+        if not self.idle_throughput > 0:
+            raise ValueError(f"idle_throughput must be > 0, got {self.idle_throughput}")
+
+    def best_factor(self, job: Job) -> float:
+        level = self.topology.best_level(job.gpus, job.gpus_per_node, job.nodes)
+        return get_profile(job.profile).factor(level)
+
+    def t_id(self, app: App) -> float:
+        """Finish time on a private 1/N share, from arrival (seconds)."""
+        work = app.total_work
+        if work <= 0:
+            return 0.0
+        share = min(float(app.max_parallelism), self.cluster_gpus / max(1.0, app.contention))
+        if app.jobs:
+            wsum = sum(j.work for j in app.jobs)
+            factor = sum(j.work * self.best_factor(j) for j in app.jobs) / wsum
+        else:
+            factor = 1.0
+        return work / (max(share, 1e-9) * factor)
+
+    def t_sh(self, app: App, now: float, throughput: float) -> float:
+        """Estimated finish time in the shared cluster under an allocation of `throughput`."""
+        x = max(throughput, self.idle_throughput)
+        return max(0.0, now - app.arrival) + app.remaining_work / x
+
+    def rho(self, app: App, now: float, throughput: float) -> float:
+        """rho = T_sh / T_id; 1.0 for an app with no work at all."""
+        tid = self.t_id(app)
+        if tid <= 0:
+            return 1.0
+        return self.t_sh(app, now, throughput) / tid
+
+
+def job_throughput(job: Job, gpus: Iterable[int], topology: Topology) -> float:
+    """Ideal GPU-seconds per second for `job` on the GPU set `gpus` (placement model)."""
+    gpus = list(gpus)
+    if not gpus:
+        return 0.0
+    return len(gpus) * get_profile(job.profile).factor(topology.level_of(gpus))
+
+
+def app_throughput(
+    jobs: Mapping[str, Job], holdings: Mapping[str, Iterable[int]], topology: Topology
+) -> float:
+    """Total throughput of the jobs in `holdings` (job id -> GPUs)."""
+    return sum(job_throughput(jobs[jid], g, topology) for jid, g in holdings.items() if jid in jobs)
+
+
+def log_gain(rho_before: float, rho_after: float) -> float:
+    """The auction's value of moving from rho_before to rho_after: log(v_after / v_before), v = 1/rho."""
+    return math.log(rho_before) - math.log(rho_after)
+
+
+__all__ = ["ContentionClock", "FairnessModel", "Level", "app_throughput", "job_throughput", "log_gain"]

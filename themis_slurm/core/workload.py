@@ -1,0 +1,109 @@
+"""Apps, jobs and leases: what the arbiter schedules.
+
+An **app** is the unit of fairness (a job, a job array, or a tagged group such as a hyperparameter sweep);
+a **job** is the unit of allocation: a **gang** that gets all its GPUs or none. Work is measured in ideal
+GPU-seconds (seconds on one GPU at placement factor 1), so a job of `work` on `g` GPUs at factor `f` needs
+``work / (g * f)`` seconds. Rigid Slurm-style gangs (optionally shaped as ``nodes x gpus_per_node``) and
+elastic jobs (any size from 1 to `gpus`, as in the authors' simulator's max parallelism) are both modelled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One gang-scheduled job of an app.
+
+    `work` is the total estimate and `done` the ideal GPU-seconds attained so far; policies only ever see
+    these estimates (the simulator tracks true work separately).
+    """
+
+    id: str
+    app_id: str
+    gpus: int
+    work: float
+    done: float = 0.0
+    profile: str = "low"
+    gpus_per_node: int | None = None
+    nodes: int | None = None
+    elastic: bool = False
+    preemptible: bool = True
+    submit: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.gpus < 1:
+            raise ValueError(f"job {self.id}: gpus must be >= 1, got {self.gpus}")
+        if not self.work > 0:
+            raise ValueError(f"job {self.id}: work must be > 0 GPU-seconds, got {self.work}")
+        if self.done < 0:
+            raise ValueError(f"job {self.id}: done must be >= 0, got {self.done}")
+        if (self.gpus_per_node is None) != (self.nodes is None):
+            raise ValueError(f"job {self.id}: give both gpus_per_node and nodes, or neither")
+        if self.nodes is not None and self.gpus_per_node is not None:
+            if self.nodes < 1 or self.gpus_per_node < 1 or self.nodes * self.gpus_per_node != self.gpus:
+                raise ValueError(
+                    f"job {self.id}: nodes={self.nodes} x gpus_per_node={self.gpus_per_node} "
+                    f"must equal gpus={self.gpus}"
+                )
+            if self.elastic:
+                raise ValueError(f"job {self.id}: a node-shaped gang cannot be elastic")
+
+    @property
+    def remaining(self) -> float:
+        """Estimated ideal GPU-seconds still to do (never negative: estimates can be exceeded)."""
+        return max(0.0, self.work - self.done)
+
+    @property
+    def min_gpus(self) -> int:
+        return 1 if self.elastic else self.gpus
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A grant in time: `job_id` holds `gpus` from `start` until `expiry` (inf: never re-auctioned)."""
+
+    job_id: str
+    gpus: frozenset[int]
+    start: float
+    expiry: float
+
+
+@dataclass(frozen=True, slots=True)
+class App:
+    """A unit of fairness.
+
+    `contention` is the time-averaged number of apps contending during this app's life so far (N in
+    T_id, see fairness.py); the caller keeps it with :class:`themis_slurm.core.fairness.ContentionClock`.
+    `finished_work` and `peak_gpus` remember jobs that already left, so T_id does not shrink as an
+    app's jobs complete.
+    """
+
+    id: str
+    owner: str
+    arrival: float
+    jobs: tuple[Job, ...] = field(default_factory=tuple)
+    contention: float = 1.0
+    finished_work: float = 0.0
+    peak_gpus: int = 0
+
+    def __post_init__(self) -> None:
+        for j in self.jobs:
+            if j.app_id != self.id:
+                raise ValueError(f"job {j.id} belongs to app {j.app_id}, not {self.id}")
+        if self.contention < 1.0:
+            object.__setattr__(self, "contention", 1.0)
+
+    @property
+    def total_work(self) -> float:
+        return self.finished_work + sum(j.work for j in self.jobs)
+
+    @property
+    def remaining_work(self) -> float:
+        return sum(j.remaining for j in self.jobs)
+
+    @property
+    def max_parallelism(self) -> int:
+        """GPUs the app could use at once: its peak demand (at least what its current jobs ask for)."""
+        return max(self.peak_gpus, sum(j.gpus for j in self.jobs))

@@ -1,0 +1,245 @@
+"""``squeue --json`` and ``sinfo --json`` -> `SlurmJob` / `SlurmNode` records.
+
+Accepted shapes: 22.05 openapi v0.0.38 (what we run) and data_parser v0.0.40+ (numbers wrapped in
+``{"set", "infinite", "number"}``, job_state and node state as lists, ``sinfo --json`` grouped under a
+top-level ``"sinfo"`` key). The same node-record code also reads ``scontrol show nodes --json``.
+Records that cannot be parsed raise `SlurmOutputError` naming the job or node; the caller decides
+whether one bad record should stop a scheduling round (it should not stop reading the others).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from themis_slurm.slurm import hostlist
+from themis_slurm.slurm.errors import SlurmOutputError
+from themis_slurm.slurm.gres import gpu_indices, gpu_items, tres_gpus
+from themis_slurm.slurm.openapi import flag, number, text, time_epoch, words
+from themis_slurm.slurm.records import (
+    JOB_ACTIVE_STATES,
+    NodeGpus,
+    SlurmJob,
+    SlurmNode,
+    derive_gpu_counts,
+    job_is_held,
+    node_available,
+    normalise_job_state,
+    normalise_node_state,
+)
+
+
+def _load(doc: str | bytes | Mapping[str, Any], source: str) -> Mapping[str, Any]:
+    if isinstance(doc, Mapping):
+        return doc
+    try:
+        loaded = json.loads(doc)
+    except json.JSONDecodeError as exc:
+        raise SlurmOutputError(source, "", f"not JSON: {exc}") from None
+    if not isinstance(loaded, Mapping):
+        raise SlurmOutputError(source, "", "top level is not a JSON object")
+    errors = loaded.get("errors") or []
+    if errors and not loaded.get("jobs") and not loaded.get("nodes") and not loaded.get("sinfo"):
+        first = errors[0]
+        msg = text(first.get("description") or first.get("error")) if isinstance(first, Mapping) else str(first)
+        raise SlurmOutputError(source, "", f"Slurm reported an error: {msg}")
+    return loaded
+
+
+def parse_squeue_json(doc: str | bytes | Mapping[str, Any]) -> list[SlurmJob]:
+    """All jobs of a ``squeue --json`` document (text or already-decoded), in Slurm's order."""
+    data = _load(doc, "squeue --json")
+    jobs = data.get("jobs")
+    if not isinstance(jobs, list):
+        raise SlurmOutputError("squeue --json", "", "no 'jobs' list")
+    return [job_from_json(j) for j in jobs]
+
+
+def _expand(value: Any, source: str, where: str, what: str) -> tuple[str, ...]:
+    try:
+        return tuple(hostlist.expand(text(value)))
+    except ValueError as exc:
+        raise SlurmOutputError(source, where, f"{what}: {exc}") from None
+
+
+def _alloc_order(job: Mapping[str, Any]) -> list[str]:
+    """Node names in job_resources order (the order gres_detail follows), if the JSON has them."""
+    res = job.get("job_resources")
+    if not isinstance(res, Mapping):
+        return []
+    alloc = res.get("allocated_nodes")
+    nodes_field = res.get("nodes")
+    if alloc is None and isinstance(nodes_field, Mapping):  # v0.0.41+: nodes.allocation[].name
+        alloc = nodes_field.get("allocation")
+    names: list[str] = []
+    if isinstance(alloc, list):
+        for a in alloc:
+            if isinstance(a, Mapping):
+                n = text(a.get("nodename") or a.get("name"))
+                if n:
+                    names.append(n)
+    return names
+
+
+def job_from_json(job: Mapping[str, Any], source: str = "squeue --json") -> SlurmJob:
+    """One job object of squeue --json (v0.0.38 or v0.0.40+) as a SlurmJob."""
+    job_id = number(job.get("job_id"))
+    if job_id is None:
+        raise SlurmOutputError(source, "job ?", "no job_id")
+    where = f"job {job_id}"
+    state, flags = normalise_job_state(words(job.get("job_state")))
+    reason = text(job.get("state_reason"))
+    priority = number(job.get("priority"))
+    node_list = text(job.get("nodes"))
+    nodes = _expand(node_list, source, where, "nodes")
+    num_nodes = number(job.get("node_count")) or len(nodes) or 1
+    gres_detail = [text(g) for g in (job.get("gres_detail") or [])]
+    order = _alloc_order(job) or list(nodes)
+    indices: dict[str, tuple[int, ...]] = {}
+    try:
+        if gres_detail and len(gres_detail) == len(order):
+            indices = {n: gpu_indices(g) for n, g in zip(order, gres_detail, strict=True)}
+        per_node_req = tres_gpus(text(job.get("tres_per_node")))
+        per_job_req = tres_gpus(text(job.get("tres_per_job")))
+        alloc_tres = tres_gpus(text(job.get("tres_alloc_str")))
+        req_tres = tres_gpus(text(job.get("tres_req_str")))
+        held_types = {i.type for g in gres_detail for i in gpu_items(g) if i.type}
+    except ValueError as exc:
+        raise SlurmOutputError(source, where, str(exc)) from None
+    array_job = number(job.get("array_job_id")) or None
+    array_task = number(job.get("array_task_id"))
+    gpus_total, gpus_per_node = derive_gpu_counts(
+        started=bool(nodes) and state != "PENDING",
+        num_nodes=num_nodes,
+        per_node=per_node_req.count,
+        per_job=per_job_req.count,
+        alloc=alloc_tres.count,
+        req=req_tres.count,
+        held=indices,
+    )
+    gtype = per_node_req.type or per_job_req.type or req_tres.type or (
+        held_types.pop() if len(held_types) == 1 else None)
+    time_limit_min = number(job.get("time_limit"))
+    return SlurmJob(
+        job_id=job_id,
+        array_job_id=array_job,
+        array_task_id=array_task if array_job else None,
+        array_task_spec=text(job.get("array_task_string")),
+        name=text(job.get("name")),
+        user_name=text(job.get("user_name")),
+        user_id=number(job.get("user_id")),
+        partition=text(job.get("partition")),
+        state=state,
+        state_flags=flags,
+        state_reason=reason,
+        priority=priority,
+        held=job_is_held(state, flags, priority, reason),
+        num_nodes=num_nodes,
+        gpus_per_node=gpus_per_node,
+        gpus_total=gpus_total,
+        gpu_type=gtype,
+        node_list=node_list,
+        nodes=nodes,
+        required_nodes=_expand(job.get("required_nodes"), source, where, "required_nodes"),
+        excluded_nodes=_expand(job.get("excluded_nodes"), source, where, "excluded_nodes"),
+        gpu_indices=indices,
+        time_limit_s=None if time_limit_min is None else time_limit_min * 60,
+        submit_time=time_epoch(job.get("submit_time")),
+        start_time=None if state == "PENDING" else time_epoch(job.get("start_time")),
+        end_time=None if state in JOB_ACTIVE_STATES else time_epoch(job.get("end_time")),
+        comment=text(job.get("comment")),
+        admin_comment=text(job.get("admin_comment")),
+        restart_cnt=number(job.get("restart_cnt")) or 0,
+        requeue=flag(job.get("requeue"), default=True),
+        batch_flag=flag(job.get("batch_flag"), default=True),
+        tres_per_node=text(job.get("tres_per_node")),
+    )
+
+
+def parse_sinfo_json(doc: str | bytes | Mapping[str, Any]) -> list[SlurmNode]:
+    """Nodes of a ``sinfo --json`` (or ``scontrol show nodes --json``) document, one record per node.
+
+    v0.0.38 and ``scontrol --json`` list node objects under ``"nodes"``. 23.11+ ``sinfo --json`` groups
+    nodes under ``"sinfo"`` (one entry per partition x state x gres group); such groups are expanded and
+    a node's partitions merged. A group's ``gres.used`` describes every node in it only when sinfo made
+    one group per node (``sinfo -N --json``), so prefer that form or scontrol's for used GPU indices.
+    """
+    data = _load(doc, "sinfo --json")
+    if isinstance(data.get("nodes"), list):
+        return [node_from_json(n) for n in data["nodes"]]
+    if isinstance(data.get("sinfo"), list):
+        return _nodes_from_sinfo_groups(data["sinfo"])
+    raise SlurmOutputError("sinfo --json", "", "neither a 'nodes' nor a 'sinfo' list")
+
+
+def _node_gpus(gres: str, source: str, where: str) -> tuple[NodeGpus, ...]:
+    try:
+        cfg = tuple(NodeGpus(i.type, i.count, i.sockets) for i in gpu_items(gres))
+    except ValueError as exc:
+        raise SlurmOutputError(source, where, str(exc)) from None
+    return cfg
+
+
+def _used(gres_used: str, source: str, where: str) -> tuple[tuple[int, ...], int]:
+    try:
+        items = gpu_items(gres_used)
+    except ValueError as exc:
+        raise SlurmOutputError(source, where, str(exc)) from None
+    idx = tuple(sorted({x for i in items for x in (i.indices or ())}))
+    return idx, sum(i.count for i in items)
+
+
+def node_from_json(node: Mapping[str, Any], source: str = "sinfo --json") -> SlurmNode:
+    """One node object (v0.0.38 ``state`` + ``state_flags``, or v0.0.40+ ``state`` list)."""
+    name = text(node.get("name") or node.get("hostname"))
+    if not name:
+        raise SlurmOutputError(source, "node ?", "no name")
+    where = f"node {name}"
+    raw_state = node.get("state")
+    base, states = normalise_node_state(words(raw_state), words(node.get("state_flags")))
+    gpus = _node_gpus(text(node.get("gres")), source, where)
+    used_idx, used_n = _used(text(node.get("gres_used")), source, where)
+    return SlurmNode(
+        name=name,
+        state=base,
+        states=states,
+        available=node_available(states),
+        gpus=gpus,
+        gpu_indices_used=used_idx,
+        gpus_used=used_n,
+        partitions=tuple(words(node.get("partitions"))),
+        reason=text(node.get("reason")),
+        cpus=number(node.get("cpus")),
+    )
+
+
+def _nodes_from_sinfo_groups(groups: list[Any]) -> list[SlurmNode]:
+    source = "sinfo --json"
+    out: dict[str, SlurmNode] = {}
+    for g in groups:
+        if not isinstance(g, Mapping):
+            raise SlurmOutputError(source, "", "a 'sinfo' entry is not an object")
+        nodes_obj = g.get("nodes") or {}
+        names = words(nodes_obj.get("nodes")) if isinstance(nodes_obj, Mapping) else []
+        names = [n for h in names for n in hostlist.expand(h)]
+        node_obj = g.get("node") or {}
+        gres_obj = g.get("gres") or {}
+        part = text((g.get("partition") or {}).get("name"))
+        reason = g.get("reason")
+        reason_text = text(reason.get("description")) if isinstance(reason, Mapping) else text(reason)
+        cpus = g.get("cpus")
+        for n in names:
+            where = f"node {n}"
+            base, states = normalise_node_state(words(node_obj.get("state")))
+            gpus = _node_gpus(text(gres_obj.get("total")), source, where)
+            used_idx, used_n = _used(text(gres_obj.get("used")), source, where)
+            prev = out.get(n)
+            parts = (prev.partitions if prev else ()) + ((part,) if part else ())
+            out[n] = SlurmNode(
+                name=n, state=base, states=states, available=node_available(states), gpus=gpus,
+                gpu_indices_used=used_idx, gpus_used=used_n, partitions=tuple(dict.fromkeys(parts)),
+                reason=reason_text,
+                cpus=number(cpus.get("total")) if isinstance(cpus, Mapping) else number(cpus),
+            )
+    return list(out.values())
