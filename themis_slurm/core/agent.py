@@ -76,6 +76,12 @@ class Agent:
         self.jobs: tuple[Job, ...] = tuple(
             sorted(jobs, key=lambda j: (j.id not in self.homes, j.submit, j.id))
         )
+        groups: dict[tuple, list[Job]] = {}
+        for j in self.jobs:
+            groups.setdefault(self.kind(j), []).append(j)
+        #: the jobs grouped by kind, kinds in bidding order: interchangeable jobs are placed once
+        self.kinds: tuple[tuple[Job, ...], ...] = tuple(tuple(g) for g in groups.values())
+        self._profiles = {j.id: get_profile(j.profile) for j in self.jobs}
         self._tid = model.t_id(app)
         self._elapsed = max(0.0, now - app.arrival)
         self._remaining = app.remaining_work
@@ -93,16 +99,16 @@ class Agent:
 
     def place(self, job: Job, pool: Pool, within: Iterable[str] | None = None) -> Gang | None:
         """The best gang for `job` in `pool` (not taken), or None when it does not fit."""
-        profile = get_profile(job.profile)
+        profile = self._profiles.get(job.id) or get_profile(job.profile)
         home = self.homes.get(job.id)
         if home is not None and all(g in pool for g in home):
             level = pool.topo.level_of(home)
             return Gang(job.id, home, level, throughput(len(home), level, profile))
         within = list(within) if within is not None else None
-        gpus = pool.find(job.gpus, job.gpus_per_node, job.nodes, within)
+        found = pool.place(job.gpus, job.gpus_per_node, job.nodes, within)
         best: Gang | None = None
-        if gpus is not None:
-            level = pool.topo.level_of(gpus)
+        if found is not None:
+            gpus, level = found
             best = Gang(job.id, gpus, level, throughput(len(gpus), level, profile))
         if job.elastic and (best is None or best.level > Level.NODE):
             # a smaller, tighter allocation may beat a wide one for a placement-sensitive job

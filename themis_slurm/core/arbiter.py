@@ -170,12 +170,13 @@ def run_round(state: ClusterState, config: ArbiterConfig | None = None) -> Decis
     paid = {aid for aid, p in payments.items() if p.withheld}
     bidder_ids = {a.app_id for a in bidders}
     before = {aid: len(gs) for aid, gs in got.items()}
-    phases = (
-        [a for a in agents.values() if a.app_id not in bidder_ids],
-        [a for a in agents.values() if a.app_id not in paid],
-        list(agents.values()),
-    )
+    phases = [[a for a in agents.values() if a.app_id not in bidder_ids]]
+    if paid:
+        phases.append([a for a in agents.values() if a.app_id not in paid])
+    phases.append(list(agents.values()))
     for group in phases:
+        if not group or not pool.size:
+            continue
         got = {**got, **greedy_fill(group, pool, {a.app_id: got.get(a.app_id, []) for a in group})}
     for aid, gangs in got.items():
         for g in gangs[before.get(aid, 0) :]:

@@ -34,6 +34,7 @@ from scipy.sparse import csr_array
 
 from themis_slurm.core.agent import Agent, Bundle, Gang
 from themis_slurm.core.placement import Pool
+from themis_slurm.core.workload import Job
 
 
 @dataclass(frozen=True)
@@ -63,8 +64,8 @@ class Solver(Protocol):
 class _State:
     gangs: list[Gang] = field(default_factory=list)
     x: float = 0.0
-    used: set[str] = field(default_factory=set)
-    skipped: set[str] = field(default_factory=set)
+    queues: list[list[Job]] = field(default_factory=list)  # per job kind, next job last
+    cache: dict[int, tuple[str, list[Gang]]] = field(default_factory=dict)  # kind -> (job id, options)
 
 
 def greedy_fill(
@@ -81,48 +82,56 @@ def greedy_fill(
     on top of them. Returns all gangs per app, `start` included. Stops when no app's next gang fits.
     `by` orders the heap: "density" (gain per GPU, the default) or "gain" (absolute marginal gain, which
     favours wide gangs that density would starve by fragmenting the pool).
+
+    Jobs of one kind (same shape and profile) are interchangeable, so each app keeps one queue per kind
+    and only the head of each queue is placed; a kind that does not fit is dropped for the rest of the
+    fill (the pool only shrinks).
     """
     per_gpu = by == "density"
     order = {a.app_id: k for k, a in enumerate(agents)}
     states: dict[str, _State] = {}
     for a in agents:
         st = _State()
+        used = set()
         for g in (start or {}).get(a.app_id, ()):
             st.gangs.append(g)
             st.x += g.throughput
-            st.used.add(g.job_id)
+            used.add(g.job_id)
+        st.queues = [[j for j in reversed(group) if j.id not in used] for group in a.kinds]
         states[a.app_id] = st
     by_id = {a.app_id: a for a in agents}
-    heap: list[tuple[float, int, str, Gang]] = []
+    heap: list[tuple[float, int, str, int, Gang]] = []
 
     def push(aid: str) -> None:
         """Queue the app's best next gang: the best marginal gain among its job kinds that still fit."""
         st, ag = states[aid], by_id[aid]
-        best: tuple[float, Gang] | None = None
-        kinds: set[tuple] = set()
-        for job in ag.jobs:
-            if job.id in st.used or job.id in st.skipped:
+        best: tuple[float, Gang, int] | None = None
+        log_now = math.log(ag.rho_of(st.x))
+        for qi, q in enumerate(st.queues):
+            if not q:
                 continue
-            kind = ag.kind(job)
-            if kind in kinds:
-                continue
-            kinds.add(kind)
-            options = ag.options(job, pool, elastic_small)
+            job = q[-1]
+            hit = st.cache.get(qi)
+            if hit is not None and hit[0] == job.id and all(g in pool for o in hit[1] for g in o.gpus):
+                options = hit[1]  # still free, so still the tightest: the pool only shrank
+            else:
+                options = ag.options(job, pool, elastic_small)
+                st.cache[qi] = (job.id, options)
             if not options:
-                st.skipped.add(job.id)  # the pool only shrinks: it will not fit later in this fill
+                q.clear()
                 continue
             for gang in options:
-                gain = math.log(ag.rho_of(st.x)) - math.log(ag.rho_of(st.x + gang.throughput))
+                gain = log_now - math.log(ag.rho_of(st.x + gang.throughput))
                 prio = gain / len(gang.gpus) if per_gpu else gain
                 if best is None or prio > best[0] + 1e-12:
-                    best = (prio, gang)
+                    best = (prio, gang, qi)
         if best is not None:
-            heapq.heappush(heap, (-best[0], order[aid], aid, best[1]))
+            heapq.heappush(heap, (-best[0], order[aid], aid, best[2], best[1]))
 
     for a in agents:
         push(a.app_id)
     while heap:
-        _, _, aid, gang = heapq.heappop(heap)
+        _, _, aid, qi, gang = heapq.heappop(heap)
         if not all(g in pool for g in gang.gpus):
             push(aid)  # stale: someone took part of it; place this job again
             continue
@@ -130,7 +139,7 @@ def greedy_fill(
         st = states[aid]
         st.gangs.append(gang)
         st.x += gang.throughput
-        st.used.add(gang.job_id)
+        st.queues[qi].pop()
         push(aid)
     return {aid: st.gangs for aid, st in states.items() if st.gangs}
 
@@ -257,7 +266,7 @@ class ExactSolver:
         fast = FastSolver()
         for b in fast.solve(agents, pool).bundles.values():
             add(b)
-        if len(agents) > 1:  # the fast x*_{-i}, so that the exact payments are never worse than the fast ones
+        if 1 < len(agents) <= 16:  # the fast x*_{-i}: exact payments never worse than the fast ones
             for a in agents:
                 for b in fast.solve([o for o in agents if o is not a], pool).bundles.values():
                     add(b)

@@ -180,7 +180,18 @@ class Pool:
         return self._node_free[node]
 
     def copy(self) -> Pool:
-        return Pool(self.topo, self.free_ids())
+        """An independent pool with the same free GPUs (copies the indexes; no re-indexing)."""
+        new = Pool.__new__(Pool)
+        new.topo = self.topo
+        new._isl_free = [set(s) for s in self._isl_free]
+        new._node_free = dict(self._node_free)
+        new._rack_free = dict(self._rack_free)
+        new._isl_bucket = {k: set(v) for k, v in self._isl_bucket.items()}
+        new._node_pos = self._node_pos
+        new._node_names = self._node_names
+        new._node_bucket = {k: set(v) for k, v in self._node_bucket.items()}
+        new.size = self.size
+        return new
 
     # ----------------------------------------------------------------- placement
     def _from_island(self, isl: int, k: int) -> list[int]:
@@ -219,6 +230,17 @@ class Pool:
         nodes: int | None = None,
         within: Iterable[str] | None = None,
     ) -> frozenset[int] | None:
+        """The tightest free placement for a gang (see :meth:`place`), or None."""
+        found = self.place(gpus, gpus_per_node, nodes, within)
+        return found[0] if found is not None else None
+
+    def place(
+        self,
+        gpus: int,
+        gpus_per_node: int | None = None,
+        nodes: int | None = None,
+        within: Iterable[str] | None = None,
+    ) -> tuple[frozenset[int], Level] | None:
         """The tightest free placement for a gang, or None when it does not fit. Takes nothing.
 
         `gpus_per_node`/`nodes` express a Slurm-style shape (``-N nodes --gres=gpu:gpus_per_node``):
@@ -227,27 +249,29 @@ class Pool:
         """
         if gpus <= 0 or gpus > self.size:
             return None
-        if gpus_per_node is not None and nodes is not None:
-            return self._find_shaped(gpus_per_node, nodes, within)
-        if within is not None:
-            return self._find_within(gpus, list(within))
+        if (gpus_per_node is not None and nodes is not None) or within is not None:
+            if gpus_per_node is not None and nodes is not None:
+                got = self._find_shaped(gpus_per_node, nodes, within)
+            else:
+                got = self._find_within(gpus, list(within or ()))
+            return (got, self.topo.level_of(got)) if got is not None else None
         # 1. one island, best fit
         max_isl = max(self._isl_bucket)
         for c in range(gpus, max_isl + 1):
             b = self._isl_bucket.get(c)
             if b:
-                return frozenset(self._from_island(_any(b), gpus))
-        # 2. one node, best fit
+                return frozenset(self._from_island(_any(b), gpus)), Level.ISLAND
+        # 2. one node, best fit (no island holds it, so it spans islands)
         max_node = max(self._node_bucket)
         for c in range(gpus, max_node + 1):
             b = self._node_bucket.get(c)
             if b:
-                return frozenset(self._from_node(self._node_names[_any(b)], gpus))
-        # 3. one rack, best fit by rack free count
+                return frozenset(self._from_node(self._node_names[_any(b)], gpus)), Level.NODE
+        # 3. one rack, best fit by rack free count (no node holds it)
         racks = [r for r, f in self._rack_free.items() if f >= gpus]
         if racks:
             rack = min(racks, key=lambda r: (self._rack_free[r], r))
-            return frozenset(self._from_nodes(list(self.topo.rack_nodes[rack]), gpus))
+            return frozenset(self._from_nodes(list(self.topo.rack_nodes[rack]), gpus)), Level.RACK
         # 4. across racks, fullest racks first
         out: list[int] = []
         for rack in sorted(self._rack_free, key=lambda r: (-self._rack_free[r], r)):
@@ -256,7 +280,7 @@ class Pool:
                 break
             if self._rack_free[rack]:
                 out.extend(self._from_nodes(list(self.topo.rack_nodes[rack]), min(need, self._rack_free[rack])))
-        return frozenset(out)
+        return frozenset(out), Level.CLUSTER
 
     def _find_within(self, gpus: int, nodes: list[str]) -> frozenset[int] | None:
         nodes = [n for n in nodes if self._node_free.get(n, 0) > 0]

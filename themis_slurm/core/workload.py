@@ -31,6 +31,7 @@ class Job:
     elastic: bool = False
     preemptible: bool = True
     submit: float = 0.0
+    service: float = 0.0  # GPU-seconds attained so far (wall time x GPUs held), what LAS-style policies rank by
 
     def __post_init__(self) -> None:
         if self.gpus < 1:

@@ -1,0 +1,62 @@
+"""The one interface every scheduling policy implements, Themis included.
+
+A policy is called at events (arrivals, completions, lease expiries, its own wake-ups) with the cluster
+state and returns a :class:`~themis_slurm.core.decision.Decision`: grants start waiting jobs on free GPUs,
+preemptions stop running jobs, renewals extend leases. The caller (the simulator, or the daemon for
+Themis) applies it and checks it: no GPU granted twice, gangs whole, only free GPUs granted.
+
+Unlike the Themis arbiter, which only takes back GPUs whose lease expired, baseline policies may preempt any
+preemptible running job at any call (Tiresias demotes, Gandiva time-slices). Leases on grants are how a
+policy asks to be woken: ``lease_expiry`` is when the caller must call it again for that job (``inf``:
+never for that job).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from themis_slurm.core.arbiter import ArbiterConfig, ClusterState, run_round
+from themis_slurm.core.decision import Decision
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    """What a policy sees at one call.
+
+    `state.leases` are the running jobs (a lease with ``expiry <= now`` has expired); `state.free` the
+    idle GPUs it may grant; jobs carry estimates only (`work`, `done`, `service`), never true sizes.
+    `reasons` says why the call happens ("arrival", "completion", "lease", "wakeup").
+    """
+
+    state: ClusterState
+    reasons: frozenset[str] = frozenset()
+
+
+class Policy(Protocol):
+    """A scheduling policy. Implementations live one per module in this package."""
+
+    name: str
+
+    def schedule(self, ctx: PolicyContext) -> Decision:
+        """Decide grants, preemptions and renewals for this instant."""
+        ...
+
+    def next_wakeup(self, now: float) -> float | None:
+        """When the policy wants to be called again with no event (None: only on events)."""
+        ...
+
+
+class ThemisPolicy:
+    """Themis: the core arbiter, unchanged (the daemon calls the same :func:`run_round`)."""
+
+    name = "themis"
+
+    def __init__(self, config: ArbiterConfig | None = None) -> None:
+        self.config = config or ArbiterConfig()
+
+    def schedule(self, ctx: PolicyContext) -> Decision:
+        return run_round(ctx.state, self.config)
+
+    def next_wakeup(self, now: float) -> float | None:
+        return None  # leases carry their own expiry
