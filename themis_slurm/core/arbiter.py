@@ -65,8 +65,9 @@ class ArbiterConfig:
 class ClusterState:
     """What the arbiter sees: the cluster, what is free, who holds what, and the apps.
 
-    `free` are GPUs Themis may hand out now; GPUs that are neither free nor leased (unmanaged jobs,
-    drained nodes) are simply absent from both. `cluster_gpus` is C in T_id (defaults to the topology size).
+    `free` are GPUs Themis may hand out now; `unavailable` those it must not touch (used by jobs Themis
+    does not manage, on drained or down nodes, reserved): never offered, and checked to be disjoint from
+    `free` and the leases. `cluster_gpus` is C in T_id (defaults to the topology size).
     """
 
     topology: Topology
@@ -75,6 +76,7 @@ class ClusterState:
     leases: tuple[Lease, ...]
     apps: tuple[App, ...]
     cluster_gpus: int | None = None
+    unavailable: frozenset[int] = frozenset()
 
 
 def _validate(state: ClusterState, jobs: Mapping[str, Job]) -> None:
@@ -84,6 +86,10 @@ def _validate(state: ClusterState, jobs: Mapping[str, Job]) -> None:
         if not 0 <= g < n:
             raise ValueError(f"free GPU id {g} is not in the topology (0..{n - 1})")
         seen[g] = "free"
+    for g in state.unavailable:
+        if g in seen:
+            raise ValueError(f"GPU {g} is both free and unavailable")
+        seen[g] = "unavailable"
     for lease in state.leases:
         if lease.job_id not in jobs:
             raise ValueError(f"lease for unknown job {lease.job_id}")

@@ -73,6 +73,14 @@ def test_round_invariants(seed: int, solver: str, f: float) -> None:
     check_invariants(state, d)
 
 
+def test_unavailable_gpus_are_never_offered() -> None:
+    topo = Topology.uniform(1, 2, 4)
+    a = App("a", "u", 0.0, tuple(Job(f"j{k}", "a", 1, 100.0) for k in range(8)))
+    st = ClusterState(topo, 0.0, frozenset(range(4)), (), (a,), unavailable=frozenset(range(4, 8)))
+    d = run_round(st)
+    assert set().union(*(g.gpus for g in d.grants)) == set(range(4))
+
+
 def test_deterministic() -> None:
     state = random_state(random.Random(3))
     assert run_round(state) == run_round(state)
@@ -147,6 +155,9 @@ def test_validation_errors_name_the_problem() -> None:
         run_round(ClusterState(topo, 0.0, frozenset({0}), (Lease("a1", frozenset({0}), 0, 10),), (a,)))
     with pytest.raises(ValueError, match="lease for unknown job zz"):
         run_round(ClusterState(topo, 0.0, frozenset(), (Lease("zz", frozenset({0}), 0, 10),), (a,)))
+    with pytest.raises(ValueError, match="GPU 1 is both unavailable and leased"):
+        run_round(ClusterState(topo, 0.0, frozenset(), (Lease("a1", frozenset({1}), 0, 10),), (a,),
+                               unavailable=frozenset({1})))  # fmt: skip
     with pytest.raises(ValueError, match="free GPU id 9"):
         run_round(ClusterState(topo, 0.0, frozenset({9}), (), (a,)))
     with pytest.raises(ValueError, match="fairness_knob must be in"):
