@@ -1,0 +1,183 @@
+"""Actions and the subprocess runner: command sequences, refusals, error reporting, retries."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+
+import pytest
+
+from tests.unit.slurm.fake_slurm import FakeRunner
+from themis_slurm.slurm.actions import ActionRefused, Actions
+from themis_slurm.slurm.model import ManagedJob
+from themis_slurm.slurm.runner import SlurmCommandError, SubprocessRunner, command_name
+
+JOB = ManagedJob(
+    job_id="42", slurm_id=42, app_key="alice/job-42", user="alice", state="PENDING", held=True, gpus=4,
+    gpus_per_node=2, nodes=2, node_gpus={}, gpu_ids=frozenset(), est_s=None, time_limit_s=None, profile=None,
+    progress=None, progress_error=None, requeue_ok=True, restart_cnt=0, submit_time=0.0, start_time=None,
+    required_nodes=(), priority=0,
+)
+OK = {("scontrol",): "", ("scancel",): ""}
+
+
+def actions(answers: dict | None = None) -> tuple[Actions, FakeRunner]:
+    runner = FakeRunner(answers or OK)
+    return Actions(runner, timeout_s=5.0), runner
+
+
+def test_start_pins_then_releases() -> None:
+    a, r = actions()
+    a.start(JOB, {"node3": 2, "node4": 2})
+    assert r.calls == [["scontrol", "update", "JobId=42", "ReqNodeList=node[3-4]", "NumNodes=2"],
+                       ["scontrol", "release", "42"]]
+    assert r.timeouts == [5.0, 5.0]
+
+
+def test_start_of_requeued_job_sets_start_time_now() -> None:
+    a, r = actions()
+    a.start(replace(JOB, restart_cnt=1), {"node1": 2, "node2": 2})
+    assert r.calls[1] == ["scontrol", "update", "JobId=42", "StartTime=now"]
+    assert r.calls[2] == ["scontrol", "release", "42"]
+
+
+def test_array_task_is_addressed_by_its_user_visible_id() -> None:
+    a, r = actions()
+    task = replace(JOB, job_id="40_3", slurm_id=40, gpus=1, gpus_per_node=1, nodes=1)
+    a.start(task, {"node1": 1})
+    assert r.calls[0][2] == "JobId=40_3" and r.calls[1] == ["scontrol", "release", "40_3"]
+
+
+@pytest.mark.parametrize(("placement", "match"), [
+    ({}, "at least one node"),
+    ({"node1": 2, "node2": 1}, "3 GPUs, the job asks for 4"),
+    ({"node1": 4}, "1 nodes, the job fixed 2"),
+    ({"node1": 1, "node2": 3}, "2 GPUs on each node"),
+])
+def test_bad_placements_are_refused_before_any_call(placement: dict[str, int], match: str) -> None:
+    a, r = actions()
+    with pytest.raises(ValueError, match=match):
+        a.start(JOB, placement)
+    assert r.calls == []
+
+
+def test_per_job_gpus_may_spread_unevenly() -> None:
+    a, r = actions()
+    a.start(replace(JOB, gpus=3, gpus_per_node=None, nodes=None), {"node1": 2, "node2": 1})
+    assert r.calls[0][3:] == ["ReqNodeList=node[1-2]", "NumNodes=2"]
+
+
+RUNNING = replace(JOB, state="RUNNING", held=False)
+
+
+def test_warn_signals_the_batch_shell() -> None:
+    a, r = actions()
+    a.warn(RUNNING)
+    assert r.calls == [["scancel", "--batch", "--signal=USR1", "--state=RUNNING", "42"]]
+
+
+def test_warn_refuses_a_job_that_is_not_running() -> None:
+    a, r = actions()
+    with pytest.raises(ActionRefused, match="PENDING, not RUNNING"):
+        a.warn(JOB)
+    assert r.calls == []
+
+
+def test_requeue_holds_and_clears_the_pin() -> None:
+    a, r = actions()
+    a.requeue(JOB)
+    assert r.calls == [["scontrol", "requeuehold", "42"], ["scontrol", "update", "JobId=42", "ReqNodeList="]]
+
+
+def test_requeue_retry_on_already_pending_job_holds_it() -> None:
+    err = SlurmCommandError(["scontrol", "requeuehold", "42"], 1, "Job is pending execution for job 42")
+    a, r = actions({("scontrol", "requeuehold"): err, **OK})
+    a.requeue(JOB)
+    assert [c[1] for c in r.calls] == ["requeuehold", "hold", "update"]
+
+
+def test_requeue_other_errors_propagate_and_nothing_else_runs() -> None:
+    err = SlurmCommandError(["scontrol", "requeuehold", "42"], 1, "Invalid job id specified")
+    a, r = actions({("scontrol", "requeuehold"): err, **OK})
+    with pytest.raises(SlurmCommandError, match="scontrol requeuehold 42 failed .*Invalid job id"):
+        a.requeue(JOB)
+    assert len(r.calls) == 1
+
+
+@pytest.mark.parametrize("action", ["warn", "requeue"])
+def test_never_preempt_a_job_that_cannot_be_requeued(action: str) -> None:
+    a, r = actions()
+    with pytest.raises(ActionRefused, match="cannot be requeued"):
+        getattr(a, action)(replace(RUNNING, requeue_ok=False))
+    assert r.calls == []
+
+
+def test_hold_first_then_clear_pin() -> None:
+    a, r = actions()
+    a.hold(JOB)
+    assert r.calls == [["scontrol", "hold", "42"], ["scontrol", "update", "JobId=42", "ReqNodeList="]]
+
+
+def test_release_unpinned() -> None:
+    a, r = actions()
+    a.release_unpinned(JOB)
+    assert r.calls == [["scontrol", "update", "JobId=42", "ReqNodeList="], ["scontrol", "release", "42"]]
+
+
+def test_start_failure_reports_command_and_message() -> None:
+    err = SlurmCommandError(["scontrol", "update", "JobId=42"], 1,
+                            "scontrol: error: Requested node configuration is not available")
+    a, r = actions({("scontrol", "update"): err, **OK})
+    with pytest.raises(SlurmCommandError, match="scontrol update JobId=42 failed \\(exit 1\\): .*not available"):
+        a.start(JOB, {"node1": 2, "node2": 2})
+    assert len(r.calls) == 1  # never released unpinned
+
+
+# ----------------------------------------------------------------------------------- SubprocessRunner
+PY = sys.executable
+
+
+def test_runner_returns_stdout_and_counts_per_command() -> None:
+    r = SubprocessRunner(env={"PATH": "/usr/bin:/bin"}, slurm_conf="/x/slurm.conf")
+    out = r.run([PY, "-c", "import os; print(os.environ['SLURM_CONF'])"])
+    assert out.strip() == "/x/slurm.conf" and r.slurm_conf == "/x/slurm.conf"
+    assert r.stats.total_calls == 1 and r.stats.seconds[command_name([PY])] > 0
+
+
+def test_runner_error_names_command_and_message() -> None:
+    r = SubprocessRunner()
+    with pytest.raises(SlurmCommandError) as exc:
+        r.run([PY, "-c", "import sys; sys.stderr.write('slurm says no'); sys.exit(3)"])
+    assert exc.value.returncode == 3 and exc.value.stderr == "slurm says no"
+    assert "failed (exit 3): slurm says no" in str(exc.value) and PY in str(exc.value)
+    assert r.stats.errors
+
+
+def test_runner_timeout() -> None:
+    r = SubprocessRunner(timeout_s=0.2)
+    with pytest.raises(SlurmCommandError, match="timed out: no answer within 0.2 s"):
+        r.run([PY, "-c", "import time; time.sleep(5)"])
+
+
+def test_runner_missing_binary() -> None:
+    with pytest.raises(SlurmCommandError, match="exit 127"):
+        SubprocessRunner().run(["/nonexistent/squeue", "--json"])
+
+
+def test_runner_refuses_shell_strings() -> None:
+    with pytest.raises(TypeError, match="not a shell string"):
+        SubprocessRunner().run("squeue --json")  # type: ignore[arg-type]
+
+
+def test_user_text_is_one_argument() -> None:
+    """A Comment with shell syntax reaches the command as one literal argument."""
+    r = SubprocessRunner()
+    nasty = "themis:app=x; rm -rf / $(reboot) `id`"
+    out = r.run([PY, "-c", "import sys; print(repr(sys.argv[1:]))", nasty])
+    assert out.strip() == repr([nasty])
+
+
+def test_command_names_for_metrics() -> None:
+    assert command_name(["/usr/bin/scontrol", "update", "JobId=1"]) == "scontrol update"
+    assert command_name(["scancel", "--batch", "1"]) == "scancel"
+    assert command_name(["scontrol", "-o", "show", "node"]) == "scontrol show"

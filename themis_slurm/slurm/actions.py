@@ -1,0 +1,116 @@
+"""Applying the arbiter's decisions with scontrol/scancel: start, warn, requeue, hold, hand back.
+
+Each action is a short fixed sequence of commands whose end state does not depend on how often it ran,
+so the daemon may simply retry an action that failed half-way (after a timeout, say):
+
+* start    pin (``ReqNodeList`` + ``NumNodes``) -> ``StartTime=now`` if the job was requeued -> release.
+           Pin before release: every update triggers a scheduling pass, and a released unpinned job could
+           start anywhere. ``StartTime=now`` because a requeued job otherwise waits cred_expire + 1 s.
+* warn     ``scancel --batch --signal=USR1 --state=RUNNING``: the batch shell only (the checkpoint
+           warning). Only for a job the snapshot shows RUNNING: scancel retries a signal to a pending
+           job for about 95 s ("Job can not be altered now") before failing. ``--state=RUNNING`` covers
+           the race where the job stopped running since the snapshot: then there is nothing to warn and
+           scancel returns at once.
+* requeue  ``scontrol requeuehold`` (same JobId, Restarts+1, held), then clear the pin, which survives a
+           requeue and would otherwise tie the job to nodes it may never get again. If the job is already
+           pending (a retry after the requeue went through), it is held instead: same end state.
+* hold     hold first, then clear the pin, so the clearing update cannot start the job unpinned.
+* release_unpinned  clear the pin, release: Slurm schedules it (kill switch / observe mode).
+
+Jobs are addressed by their user-visible id (``123`` or ``123_4``): Slurm resolves ``123_4`` for a task
+still inside a pending array record and for a task split off already, whereas the numeric id of a pending
+array record would act on every remaining task. Never preempting a job that cannot be requeued is checked
+here, not left to Slurm: Slurm would refuse the requeue only after the warning signal was sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from themis_slurm.slurm import hostlist
+from themis_slurm.slurm.model import ManagedJob
+from themis_slurm.slurm.runner import Runner, SlurmCommandError
+
+# Slurm's text for ESLURM_JOB_PENDING, what requeuehold answers for a job that is already waiting.
+_ALREADY_PENDING = "pending execution"
+
+
+class ActionRefused(RuntimeError):
+    """An action Themis must not take on this job (e.g. preempting a job that cannot be requeued)."""
+
+
+def _target(job: ManagedJob) -> str:
+    return job.job_id
+
+
+def check_preemptible(job: ManagedJob) -> None:
+    """Raise ActionRefused unless the job can be requeued (batch job without --no-requeue)."""
+    if not job.requeue_ok:
+        raise ActionRefused(f"job {job.job_id} cannot be requeued (not a batch job or --no-requeue): "
+                            "Themis never preempts it; let it run to its end")
+
+
+def pin_args(job: ManagedJob, node_gpus: Mapping[str, int]) -> list[str]:
+    """``scontrol update JobId=X ReqNodeList=... NumNodes=N`` for a placement, after sanity checks."""
+    nodes = [n for n, g in node_gpus.items() if g > 0]
+    if not nodes:
+        raise ValueError(f"job {job.job_id}: a placement needs at least one node with GPUs")
+    total = sum(node_gpus[n] for n in nodes)
+    if job.gpus and total != job.gpus:
+        raise ValueError(f"job {job.job_id}: placement has {total} GPUs, the job asks for {job.gpus}")
+    if job.nodes is not None and len(nodes) != job.nodes:
+        raise ValueError(f"job {job.job_id}: placement uses {len(nodes)} nodes, the job fixed {job.nodes}")
+    if job.gpus_per_node and any(node_gpus[n] != job.gpus_per_node for n in nodes):
+        raise ValueError(f"job {job.job_id}: the job asks for {job.gpus_per_node} GPUs on each node, "
+                         f"placement gives {dict(node_gpus)}")
+    return ["scontrol", "update", f"JobId={_target(job)}", f"ReqNodeList={hostlist.fold(nodes)}",
+            f"NumNodes={len(nodes)}"]
+
+
+class Actions:
+    """The five actions over a `Runner`; every call has the runner's per-call timeout."""
+
+    def __init__(self, runner: Runner, timeout_s: float | None = None) -> None:
+        self.runner = runner
+        self.timeout_s = timeout_s
+
+    def _run(self, *argv: str) -> str:
+        return self.runner.run(list(argv), self.timeout_s)
+
+    def _clear_pin(self, job: ManagedJob) -> None:
+        self._run("scontrol", "update", f"JobId={_target(job)}", "ReqNodeList=")
+
+    def start(self, job: ManagedJob, node_gpus: Mapping[str, int]) -> None:
+        """Pin to exactly these nodes, then release."""
+        self.runner.run(pin_args(job, node_gpus), self.timeout_s)
+        if job.restart_cnt > 0:
+            self._run("scontrol", "update", f"JobId={_target(job)}", "StartTime=now")
+        self._run("scontrol", "release", _target(job))
+
+    def warn(self, job: ManagedJob) -> None:
+        """SIGUSR1 to the batch shell: checkpoint now, the GPUs go away after the grace period."""
+        check_preemptible(job)
+        if job.state != "RUNNING":
+            raise ActionRefused(f"job {job.job_id} is {job.state}, not RUNNING: no batch shell to warn")
+        self._run("scancel", "--batch", "--signal=USR1", "--state=RUNNING", _target(job))
+
+    def requeue(self, job: ManagedJob) -> None:
+        """Take the GPUs back: requeue held, then clear the pin."""
+        check_preemptible(job)
+        try:
+            self._run("scontrol", "requeuehold", _target(job))
+        except SlurmCommandError as exc:
+            if _ALREADY_PENDING not in exc.stderr.lower():
+                raise
+            self._run("scontrol", "hold", _target(job))  # requeued before, or never ran: just hold it
+        self._clear_pin(job)
+
+    def hold(self, job: ManagedJob) -> None:
+        """(Re)hold a pending job and clear its pin."""
+        self._run("scontrol", "hold", _target(job))
+        self._clear_pin(job)
+
+    def release_unpinned(self, job: ManagedJob) -> None:
+        """Hand the job back to Slurm's own scheduling."""
+        self._clear_pin(job)
+        self._run("scontrol", "release", _target(job))

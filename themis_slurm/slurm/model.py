@@ -1,0 +1,104 @@
+"""What the Slurm adapter hands to the daemon, and the interface the daemon drives it through.
+
+The daemon never sees Slurm commands or JSON: it gets one immutable `Snapshot` per cycle and calls the
+five `SlurmBackend` actions. Keeping this seam narrow is what lets a second backend (pyslurm, once a
+Slurm with a matching pyslurm is reachable) slot in without touching the scheduler, and lets the
+daemon's tests use an in-memory fake.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from themis_slurm.core.topology import Topology
+
+
+@dataclass(frozen=True, slots=True)
+class ManagedJob:
+    """One job (or one array task) that Themis schedules, in the daemon's terms."""
+
+    job_id: str  # Slurm id as users see it: "123" or "123_4" for array tasks
+    slurm_id: int  # the numeric JobId to pass to scontrol/scancel
+    app_key: str  # "user/name": tagged "alice/sweep42", array "alice/array-120", standalone "alice/job-123"
+    user: str
+    state: str  # normalised Slurm state (PENDING, RUNNING, COMPLETING, ...)
+    held: bool
+    gpus: int  # total GPUs of the gang
+    gpus_per_node: int | None
+    nodes: int | None  # node count when the job fixed it (-N), else None
+    node_gpus: Mapping[str, int]  # running: GPUs held per node
+    gpu_ids: frozenset[int]  # running: dense core GPU ids (Topology ids) it holds; empty if unknown
+    est_s: float | None  # work estimate from the trusted record (est=), else None
+    time_limit_s: float | None
+    profile: str | None  # model or sensitivity class from the record
+    progress: float | None  # from the Comment `themis:progress=F` (0..1), None if absent
+    progress_error: str | None  # message when the Comment's progress is malformed
+    requeue_ok: bool  # batch job with requeue allowed
+    restart_cnt: int
+    submit_time: float
+    start_time: float | None
+    required_nodes: tuple[str, ...]
+    priority: int | None
+    partition: str = ""
+    name: str = ""
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The cluster as seen at one instant, restricted to what Themis manages."""
+
+    time: float  # wall clock when read
+    topology: Topology  # managed GPUs only (nodes of the managed partitions)
+    free: frozenset[int]  # idle GPUs on schedulable nodes, not used by anyone
+    unmanaged: frozenset[int]  # GPUs used by jobs Themis does not manage
+    unavailable: frozenset[int]  # GPUs on drained/down/reserved/maint nodes (not in use)
+    managed: tuple[ManagedJob, ...]  # active managed jobs (pending/running/completing), arrays per task
+    slurm_calls: int  # Slurm commands run to build it
+    warnings: tuple[str, ...] = ()  # malformed records/comments and other non-fatal oddities
+    latency_s: float = 0.0  # wall time spent in Slurm commands for this snapshot
+    managed_used: frozenset[int] = field(default_factory=frozenset)  # GPUs held by managed jobs
+
+
+@dataclass(frozen=True)
+class AdapterConfig:
+    """How the adapter finds and reads the cluster.
+
+    ``slurm_conf`` None means ``$SLURM_CONF`` or Slurm's default ``/etc/slurm/slurm.conf``; gres.conf and
+    topology.conf are read from the same folder, as slurmctld does. ``managed_partitions`` must match
+    job_submit.lua's ``managed_partitions``.
+    """
+
+    managed_partitions: tuple[str, ...] = ("gpu",)
+    slurm_conf: str | None = None
+    timeout_s: float = 30.0  # per Slurm command
+    split_pcie_by_cores: bool = False  # see gres_conf: group unlinked GPUs by Cores= into islands
+
+
+class SlurmBackend(Protocol):
+    """Reads the cluster and applies decisions. Every action is idempotent and safe to retry."""
+
+    def snapshot(self) -> Snapshot: ...
+
+    def start(self, job: ManagedJob, node_gpus: Mapping[str, int]) -> None:
+        """Pin (ReqNodeList + NumNodes), StartTime=now if requeued, then release."""
+        ...
+
+    def warn(self, job: ManagedJob) -> None:
+        """Checkpoint warning: SIGUSR1 to the batch shell (``scancel --batch --signal=USR1``)."""
+        ...
+
+    def requeue(self, job: ManagedJob) -> None:
+        """``scontrol requeuehold``, then clear the pin."""
+        ...
+
+    def hold(self, job: ManagedJob) -> None:
+        """(Re)hold a pending job and clear its pin."""
+        ...
+
+    def release_unpinned(self, job: ManagedJob) -> None:
+        """Hand the job back to Slurm: clear the pin, release."""
+        ...

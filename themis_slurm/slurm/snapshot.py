@@ -1,0 +1,370 @@
+"""Reading the cluster into a `Snapshot`: a bounded number of Slurm calls per cycle, never one per job.
+
+Per cycle: ``squeue --all --json`` (every job; 22.05 ignores filters and also prints finished jobs, so
+we filter here) and ``sinfo --all --json`` (nodes with GRES used and their indices). Only when the node
+JSON lacks ``gres_used`` (some Slurm versions) is ``scontrol show node -d -o`` run as well. gres.conf and
+topology.conf are plain files next to slurm.conf: read at start and again only when a file's mtime
+changes, so topology costs no RPC at all.
+
+The pure part, `build_snapshot`, takes parsed records and is what the unit tests exercise; `SnapshotReader`
+adds the commands and the config-file cache. Being conservative is the rule throughout: a GPU that
+anything (managed job, other job, or the node's own GRES accounting) uses is never `free`, and a GPU
+whose state cannot be known is `unavailable`, because offering a busy GPU makes a released job sit
+pending on it while the scheduler believes it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from themis_slurm.core.topology import Topology
+from themis_slurm.slurm import hostlist
+from themis_slurm.slurm.errors import ConfigError, SlurmOutputError
+from themis_slurm.slurm.gres_conf import GresConf, parse_gres_conf
+from themis_slurm.slurm.model import AdapterConfig, ManagedJob, Snapshot
+from themis_slurm.slurm.options import is_record, parse_progress, parse_record
+from themis_slurm.slurm.parse import job_from_json, node_from_json
+from themis_slurm.slurm.ranges import parse_int_list
+from themis_slurm.slurm.records import SlurmJob, SlurmNode
+from themis_slurm.slurm.runner import Runner
+from themis_slurm.slurm.scontrol import parse_scontrol_nodes
+from themis_slurm.slurm.topology_conf import SwitchTree, parse_topology_conf
+
+SQUEUE = ("squeue", "--all", "--json")
+SINFO = ("sinfo", "--all", "--json")
+SCONTROL_NODES = ("scontrol", "show", "node", "-d", "-o")
+DEFAULT_RACK = "cluster"  # rack of every node when there is no topology.conf (no switch tree known)
+
+
+# ------------------------------------------------------------------------------------------- job rules
+def job_partitions(job: SlurmJob) -> tuple[str, ...]:
+    """A pending job submitted to several partitions prints them comma-separated."""
+    return tuple(p for p in job.partition.split(",") if p)
+
+
+def is_managed(job: SlurmJob, managed_partitions: Iterable[str]) -> bool:
+    """Themis manages a job that carries the trusted record AND is in a managed partition.
+
+    Both are needed: the record alone could survive a partition change by an admin, and the partition
+    alone would capture jobs submitted while job_submit.lua was off (they were never held).
+    """
+    return is_record(job.admin_comment) and bool(set(job_partitions(job)) & set(managed_partitions))
+
+
+def app_key(user: str, app: str | None, job: SlurmJob) -> str:
+    """``user/app`` for a tagged job, ``user/array-<id>`` for an array, ``user/job-<id>`` otherwise.
+
+    The user is part of the key, so two users choosing the same app name get two apps.
+    """
+    if app:
+        return f"{user}/{app}"
+    if job.array_job_id is not None:
+        return f"{user}/array-{job.array_job_id}"
+    return f"{user}/job-{job.job_id}"
+
+
+def array_tasks(spec: str) -> tuple[int, ...]:
+    """Task ids of a pending array remainder such as ``0-3,7%2`` (the ``%`` throttle is dropped)."""
+    return parse_int_list(spec.split("%", 1)[0])
+
+
+def fixed_nodes(job: SlurmJob) -> int | None:
+    """Node count the job fixed: any per-node GPU request implies it; else only an explicit -N > 1."""
+    if job.tres_per_node or job.num_nodes > 1:
+        return job.num_nodes
+    return None
+
+
+# ----------------------------------------------------------------------------------------- topology
+def build_topology(nodes: Sequence[SlurmNode], gres: GresConf | None, tree: SwitchTree | None,
+                   split_pcie_by_cores: bool = False) -> tuple[Topology, list[str]]:
+    """Topology of the given (managed) nodes: islands from gres.conf Links, racks from topology.conf.
+
+    A node gres.conf does not describe exactly (AutoDetect, or a count that disagrees with what slurmd
+    reports) becomes one island of its reported GPUs, with a warning: Slurm's count is what jobs get.
+    Racks are ordered by name and nodes in hostlist order, so GPU ids stay stable across rebuilds.
+    """
+    warnings: list[str] = []
+    racks: dict[str, dict[str, list[list[int]]]] = {}
+    by_name = {n.name: n for n in nodes if n.gpu_count > 0}
+    for name in hostlist.expand(hostlist.fold(by_name)) if by_name else []:
+        node = by_name[name]
+        islands: list[list[int]] = []
+        if gres is not None:
+            described = gres.gpus_on(name)
+            if len(described) == node.gpu_count:
+                islands = [sorted(i) for i in gres.islands(name, split_pcie_by_cores)]
+            elif described:
+                warnings.append(f"gres.conf describes {len(described)} GPUs on {name} but Slurm reports "
+                                f"{node.gpu_count}: treating them as one island")
+        if not islands:
+            islands = [list(range(node.gpu_count))]
+        rack = tree.rack_of(name) if tree is not None and tree.switches else DEFAULT_RACK
+        racks.setdefault(rack, {})[name] = islands
+    spec = {r: racks[r] for r in sorted(racks)}
+    return Topology.from_spec(spec), warnings
+
+
+# ----------------------------------------------------------------------------------------- snapshot
+def _job_id_text(job: SlurmJob, task: int | None) -> str:
+    if job.array_job_id is not None and task is not None:
+        return f"{job.array_job_id}_{task}"
+    return str(job.job_id)
+
+
+def _gpu_ids(job: SlurmJob, topo: Topology, warnings: list[str]) -> frozenset[int]:
+    ids: set[int] = set()
+    for node, idx in job.gpu_indices.items():
+        for i in idx:
+            try:
+                ids.add(topo.gpu_id(node, i))
+            except KeyError:
+                warnings.append(f"job {job.job_id}: GPU {i} on {node} is not a managed GPU")
+    return frozenset(ids)
+
+
+def managed_jobs_of(job: SlurmJob, topo: Topology, warnings: list[str]) -> list[ManagedJob]:
+    """One ManagedJob per job, or per task for a pending array remainder (``120_[3-7]``)."""
+    record, problems = parse_record(job.admin_comment)
+    warnings.extend(f"job {job.job_id}: {p}" for p in problems)
+    progress, progress_error = parse_progress(job.comment)
+    if progress_error:
+        warnings.append(f"job {job.job_id}: {progress_error}")
+    if job.gpu_indices:
+        node_gpus = {n: len(i) for n, i in job.gpu_indices.items()}
+        gpu_ids = _gpu_ids(job, topo, warnings)
+    else:
+        node_gpus = {n: job.gpus_per_node for n in job.nodes} if job.nodes and job.gpus_per_node else {}
+        gpu_ids = frozenset()
+    user = job.user_name or (str(job.user_id) if job.user_id is not None else "?")
+    if job.array_job_id is not None and job.array_task_id is None and job.array_task_spec:
+        try:
+            tasks: list[int | None] = list(array_tasks(job.array_task_spec))
+        except ValueError as exc:
+            warnings.append(f"job {job.job_id}: array tasks {job.array_task_spec!r}: {exc}")
+            tasks = []
+    else:
+        tasks = [job.array_task_id]
+    return [
+        ManagedJob(
+            job_id=_job_id_text(job, task),
+            slurm_id=job.job_id,
+            app_key=app_key(user, record.app, job),
+            user=user,
+            state=job.state,
+            held=job.held,
+            gpus=job.gpus_total,
+            gpus_per_node=(job.gpus_per_node or None) if job.tres_per_node else None,
+            nodes=fixed_nodes(job),
+            node_gpus=node_gpus,
+            gpu_ids=gpu_ids,
+            est_s=record.est_s,
+            time_limit_s=None if job.time_limit_s is None else float(job.time_limit_s),
+            profile=record.profile,
+            progress=progress,
+            progress_error=progress_error,
+            requeue_ok=job.requeue and job.batch_flag,
+            restart_cnt=job.restart_cnt,
+            submit_time=float(job.submit_time or 0),
+            start_time=None if job.start_time is None else float(job.start_time),
+            required_nodes=job.required_nodes,
+            priority=job.priority,
+            partition=job.partition,
+            name=job.name,
+            array_job_id=job.array_job_id,
+            array_task_id=task,
+        )
+        for task in tasks
+    ]
+
+
+def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], topo: Topology,
+                   config: AdapterConfig, now: float, slurm_calls: int = 0, latency_s: float = 0.0,
+                   warnings: Iterable[str] = ()) -> Snapshot:
+    """Combine parsed jobs and nodes with the topology into the daemon's view (pure)."""
+    warns = list(warnings)
+    managed: list[ManagedJob] = []
+    used: set[int] = set()
+    managed_used: set[int] = set()
+    for job in jobs:
+        if not job.is_active:
+            continue
+        if is_managed(job, config.managed_partitions):
+            for mj in managed_jobs_of(job, topo, warns):
+                managed.append(mj)
+                managed_used |= mj.gpu_ids
+                used |= mj.gpu_ids
+        else:
+            for node, idx in job.gpu_indices.items():
+                used.update(topo.by_node_index[(node, i)] for i in idx if (node, i) in topo.by_node_index)
+    unavailable: set[int] = set()
+    seen = {n.name: n for n in nodes}
+    for name, ids in topo.node_gpus.items():
+        node = seen.get(name)
+        if node is None:
+            warns.append(f"node {name} is missing from Slurm's node list: its GPUs are unavailable")
+            unavailable.update(ids)
+            continue
+        node_used = {topo.by_node_index[(name, i)] for i in node.gpu_indices_used
+                     if (name, i) in topo.by_node_index}
+        used |= node_used
+        known = {g for g in ids if g in used}
+        if node.gpus_used > len(known):
+            warns.append(f"node {name}: Slurm counts {node.gpus_used} GPUs in use but only {len(known)} "
+                         "are known by index: treating the others as unavailable")
+            unavailable.update(g for g in ids if g not in used)
+        elif not node.available:
+            unavailable.update(g for g in ids if g not in used)
+    all_ids = set(range(topo.size))
+    free = all_ids - used - unavailable
+    return Snapshot(
+        time=now,
+        topology=topo,
+        free=frozenset(free),
+        unmanaged=frozenset(used - managed_used),
+        unavailable=frozenset(unavailable - used),
+        managed=tuple(managed),
+        slurm_calls=slurm_calls,
+        warnings=tuple(warns),
+        latency_s=latency_s,
+        managed_used=frozenset(managed_used),
+    )
+
+
+# ------------------------------------------------------------------------------------ reading Slurm
+def parse_jobs_tolerant(doc: Mapping[str, Any]) -> tuple[list[SlurmJob], list[str]]:
+    """Jobs of a squeue JSON document; a record that does not parse is skipped with a warning.
+
+    Skipping is safe for free-GPU accounting because node ``gres_used`` still covers what it holds.
+    """
+    raw = doc.get("jobs")
+    if not isinstance(raw, list):
+        raise SlurmOutputError("squeue --json", "", "no 'jobs' list")
+    jobs: list[SlurmJob] = []
+    warnings: list[str] = []
+    for item in raw:
+        try:
+            jobs.append(job_from_json(item))
+        except (SlurmOutputError, ValueError, TypeError, AttributeError) as exc:
+            warnings.append(f"skipped a job record: {exc}")
+    return jobs, warnings
+
+
+def _load_json(text: str, source: str) -> Mapping[str, Any]:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SlurmOutputError(source, "", f"not JSON: {exc}") from None
+    if not isinstance(doc, Mapping):
+        raise SlurmOutputError(source, "", "top level is not a JSON object")
+    errors = doc.get("errors") or []
+    if errors and not doc.get("jobs") and not doc.get("nodes"):
+        raise SlurmOutputError(source, "", f"Slurm reported an error: {errors[0]}")
+    return doc
+
+
+@dataclass
+class _ConfCache:
+    key: tuple[Any, ...]
+    gres: GresConf | None
+    tree: SwitchTree | None
+    warnings: list[str]
+
+
+class SnapshotReader:
+    """Reads snapshots through a `Runner`, caching the config files and the topology between cycles."""
+
+    def __init__(self, runner: Runner, config: AdapterConfig | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.runner = runner
+        self.config = config or AdapterConfig()
+        self.clock = clock
+        self._conf: _ConfCache | None = None
+        self._topo_key: tuple[Any, ...] | None = None
+        self._topo: Topology | None = None
+        self._topo_warnings: list[str] = []
+
+    @property
+    def conf_dir(self) -> str:
+        path = self.config.slurm_conf or getattr(self.runner, "slurm_conf", None) \
+            or os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
+        return os.path.dirname(os.path.abspath(path))
+
+    def _files(self) -> tuple[str, str, str]:
+        d = self.conf_dir
+        return os.path.join(d, "slurm.conf"), os.path.join(d, "gres.conf"), os.path.join(d, "topology.conf")
+
+    def config_files(self) -> _ConfCache:
+        """gres.conf + topology.conf, re-read only when one of the three files' mtime changes."""
+        paths = self._files()
+        key = tuple(_mtime(p) for p in paths)
+        if self._conf is not None and self._conf.key == key:
+            return self._conf
+        warnings: list[str] = []
+        gres = tree = None
+        _, gres_path, topo_path = paths
+        if key[1] is None:
+            warnings.append(f"{gres_path} not found: one NVLink island per node assumed")
+        else:
+            try:
+                gres = parse_gres_conf(_read(gres_path), gres_path)
+            except ConfigError as exc:
+                warnings.append(f"{exc}: one NVLink island per node assumed")
+        if key[2] is not None:
+            try:
+                tree = parse_topology_conf(_read(topo_path), topo_path)
+            except ConfigError as exc:
+                warnings.append(f"{exc}: all nodes treated as one rack")
+        self._conf = _ConfCache(key, gres, tree, warnings)
+        return self._conf
+
+    def read_nodes(self) -> list[SlurmNode]:
+        """Nodes from ``sinfo --json``; ``scontrol show node -d -o`` when the JSON lacks gres_used."""
+        doc = _load_json(self.runner.run(SINFO, self.config.timeout_s), "sinfo --json")
+        raw = doc.get("nodes")
+        if isinstance(raw, list) and all(isinstance(n, Mapping) and "gres_used" in n for n in raw):
+            return [node_from_json(n) for n in raw]
+        return parse_scontrol_nodes(self.runner.run(SCONTROL_NODES, self.config.timeout_s))
+
+    def topology(self, nodes: Sequence[SlurmNode]) -> tuple[Topology, list[str]]:
+        """Topology of the managed partitions' nodes; rebuilt only when files or the node set change."""
+        conf = self.config_files()
+        managed = set(self.config.managed_partitions)
+        mine = [n for n in nodes if managed & set(n.partitions)]
+        key = (conf.key, tuple(sorted((n.name, n.gpu_count) for n in mine)))
+        if self._topo is None or key != self._topo_key:
+            self._topo, extra = build_topology(mine, conf.gres, conf.tree, self.config.split_pcie_by_cores)
+            self._topo_key = key
+            self._topo_warnings = conf.warnings + extra
+        return self._topo, self._topo_warnings
+
+    def snapshot(self) -> Snapshot:
+        stats = self.runner.stats
+        calls0 = stats.total_calls
+        secs0 = sum(stats.seconds.values())
+        now = self.clock()
+        squeue_out = self.runner.run(SQUEUE, self.config.timeout_s)
+        nodes = self.read_nodes()
+        jobs, warnings = parse_jobs_tolerant(_load_json(squeue_out, "squeue --json"))
+        topo, topo_warnings = self.topology(nodes)
+        return build_snapshot(jobs, nodes, topo, self.config, now,
+                              slurm_calls=stats.total_calls - calls0,
+                              latency_s=sum(stats.seconds.values()) - secs0,
+                              warnings=[*topo_warnings, *warnings])
+
+
+def _mtime(path: str) -> float | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except FileNotFoundError:
+        return None
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8") as fh:
+        return fh.read()
