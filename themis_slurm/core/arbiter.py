@@ -135,7 +135,7 @@ def run_round(state: ClusterState, config: ArbiterConfig | None = None) -> Decis
         base = sum(job_throughput(j, held[j.id].gpus, topo) for j in app.jobs if j.id in held)
         cur = base + sum(job_throughput(j, homes[j.id], topo) for j in app.jobs if j.id in homes)
         rho_now[app.id] = model.rho(app, now, cur)
-        waiting = [j for j in app.jobs if j.id not in held and j.remaining > 0]
+        waiting = [j for j in app.jobs if j.id not in held]
         if waiting:
             agents[app.id] = Agent(app, model, now, base, waiting, {j.id: homes[j.id] for j in waiting if j.id in homes})
     ranked = sorted(agents, key=lambda a: (-rho_now[a], a))

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+#: Remaining work assumed for a job that has run past its estimate (a fraction of the estimate).
+OVERRUN_FRACTION = 0.05
+
 
 @dataclass(frozen=True, slots=True)
 class Job:
@@ -53,8 +56,13 @@ class Job:
 
     @property
     def remaining(self) -> float:
-        """Estimated ideal GPU-seconds still to do (never negative: estimates can be exceeded)."""
-        return max(0.0, self.work - self.done)
+        """Estimated ideal GPU-seconds still to do.
+
+        A job that is still here is not finished, whatever its estimate says: past its estimate it is
+        assumed to need another ``OVERRUN_FRACTION`` of it, so it keeps bidding (never starves) and its
+        app's rho stays finite and meaningful.
+        """
+        return max(self.work - self.done, OVERRUN_FRACTION * self.work)
 
     @property
     def min_gpus(self) -> int:

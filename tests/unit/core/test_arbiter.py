@@ -55,7 +55,7 @@ def check_invariants(state: ClusterState, d: Decision) -> None:
     # work conservation: no waiting job fits in the idle GPUs
     idle = Pool(state.topology, d.idle_gpus)
     for job in jobs.values():
-        if job.id in running or job.id in decided or job.remaining <= 0:
+        if job.id in running or job.id in decided:
             continue
         fits = idle.find(job.min_gpus, job.gpus_per_node, job.nodes)
         assert fits is None, f"job {job.id} ({job.gpus} GPUs) waits while {sorted(d.idle_gpus)} idle"
@@ -79,6 +79,14 @@ def test_unavailable_gpus_are_never_offered() -> None:
     st = ClusterState(topo, 0.0, frozenset(range(4)), (), (a,), unavailable=frozenset(range(4, 8)))
     d = run_round(st)
     assert set().union(*(g.gpus for g in d.grants)) == set(range(4))
+
+
+def test_job_past_its_estimate_still_gets_gpus() -> None:
+    topo = Topology.uniform(1, 1, 4)
+    a = App("a", "u", 0.0, (Job("over", "a", 2, 100.0, done=250.0),))
+    d = run_round(ClusterState(topo, 500.0, frozenset(range(4)), (), (a,)))
+    assert [g.job_id for g in d.grants] == ["over"]
+    assert math.isfinite(d.apps["a"].rho_after)
 
 
 def test_deterministic() -> None:

@@ -1,0 +1,168 @@
+"""Slurm as admins run it today: multifactor priority (age + fair share) with EASY backfill.
+
+Slurm's priority/multifactor plugin (slurm.conf: PriorityWeightAge, PriorityMaxAge,
+PriorityWeightFairshare, PriorityDecayHalfLife) and the backfill scheduler; EASY backfill after Lifka,
+"The ANL/IBM SP scheduling system" (JSSPP 1995) and Mu'alem & Feitelson (IEEE TPDS 2001).
+
+* **Priority** = ``weight_age * min(1, age / max_age_s) + weight_fairshare * F(user)``, age measured from
+  job submit. ``F = 2 ** (-(U / S))`` is Slurm's classic fair-share factor: U the user's share of the
+  decayed GPU usage of all users, S the user's normalised shares (equal shares among the users known to
+  the policy). Usage is GPU-seconds, decayed with half-life `decay_half_life_s` (Slurm's
+  PriorityDecayHalfLife; default 7 days as in Slurm). Users are ``App.owner``.
+* **EASY backfill**: jobs start in priority order while they fit. The first that does not fit gets a
+  reservation: the earliest time at which enough GPUs free up for it, from running jobs' estimated ends
+  (estimates stand in for time limits: end = now + remaining work / throughput on their GPUs), and the
+  GPUs it would get then. Lower-priority jobs may start now only if they are estimated to finish before
+  the reservation or do not use its GPUs. One reservation (EASY), not Slurm's many (bf_max_job_*).
+* **No preemption**; grants never expire.
+
+Simplifications (ours): usage is accounted from what this policy saw between its calls (GPUs held after
+each call x time to the next call), so the caller must call it at every completion (the simulator
+does); usage already held decays between calls, and what an interval adds is charged undecayed
+at its end; a job that overran its estimate is assumed to end within a second when
+computing the reservation (Slurm would have killed it at its time limit); no QOS, partitions,
+association hierarchy, job-size or TRES factors; elastic jobs are rigid gangs of their maximum size.
+"""
+
+from __future__ import annotations
+
+from themis_slurm.core.decision import Decision
+from themis_slurm.core.placement import Pool
+from themis_slurm.core.workload import Job
+from themis_slurm.policies.base import PolicyContext
+from themis_slurm.policies.common import Round, estimated_runtime
+
+DAY = 86400.0
+
+
+class SlurmPolicy:
+    name = "slurm"
+    #: never preempts, so a call with no free GPU and no expired lease cannot change anything (the
+    #: simulator then skips it)
+    grants_only_free_or_expired = True
+
+    def __init__(
+        self,
+        weight_age: float = 1000.0,
+        weight_fairshare: float = 10000.0,
+        max_age_s: float = 7 * DAY,
+        decay_half_life_s: float = 7 * DAY,
+        backfill: bool = True,
+    ) -> None:
+        if not max_age_s > 0 or not decay_half_life_s > 0:
+            raise ValueError("max_age_s and decay_half_life_s must be > 0 seconds")
+        if weight_age < 0 or weight_fairshare < 0:
+            raise ValueError("priority weights must be >= 0")
+        self.weight_age = weight_age
+        self.weight_fairshare = weight_fairshare
+        self.max_age = float(max_age_s)
+        self.half_life = float(decay_half_life_s)
+        self.backfill = backfill
+        self.usage: dict[str, float] = {}  # user -> decayed GPU-seconds
+        self._last: float | None = None
+        self._holding: dict[str, int] = {}  # user -> GPUs held after the last call
+
+    # ----------------------------------------------------------------- fair share
+    def _account(self, now: float) -> None:
+        """Decay usage to `now` and charge what was held since the last call."""
+        if self._last is not None and now > self._last:
+            dt = now - self._last
+            decay = 0.5 ** (dt / self.half_life)
+            for user in self.usage:
+                self.usage[user] *= decay
+            for user, gpus in self._holding.items():
+                self.usage[user] = self.usage.get(user, 0.0) + gpus * dt
+        self._last = now if self._last is None else max(self._last, now)
+
+    def fairshare(self, user: str, users: int) -> float:
+        total = sum(self.usage.values())
+        if total <= 0:
+            return 1.0
+        return 2.0 ** (-(self.usage.get(user, 0.0) / total) * users)
+
+    def priority(self, job: Job, owner: str, now: float, users: int) -> float:
+        age = min(1.0, max(0.0, now - job.submit) / self.max_age)
+        return self.weight_age * age + self.weight_fairshare * self.fairshare(owner, users)
+
+    # ----------------------------------------------------------------- schedule
+    def schedule(self, ctx: PolicyContext) -> Decision:
+        rnd = Round(ctx.state, self.name)
+        now, topo = rnd.now, rnd.topo
+        self._account(now)
+        owner = {a.id: a.owner for a in ctx.state.apps}
+        users = len(set(owner.values()) | set(self.usage)) or 1
+        prio = {j.id: self.priority(j, owner[j.app_id], now, users) for j in rnd.waiting()}
+        order = sorted(rnd.waiting(), key=lambda j: (-prio[j.id], j.submit, j.id))
+
+        shadow: float | None = None  # reservation start
+        reserved: frozenset[int] = frozenset()
+        outside: Pool | None = None  # free GPUs minus the reserved ones
+        for job in order:
+            if shadow is None:
+                got = rnd.fit(job)
+                if got is not None:
+                    rnd.grant(job, got, source="priority")
+                    continue
+                if not self.backfill:
+                    rnd.wait(job, "highest priority; does not fit")
+                    for later in order:
+                        if not rnd.is_active(later.id):
+                            rnd.wait(later, f"behind job {job.id} (no backfill)")
+                    break
+                res = self._reserve(rnd, job)
+                if res is None:
+                    rnd.wait(job, "can never fit on the GPUs this policy manages")
+                    continue
+                shadow, reserved = res
+                outside = Pool(topo, rnd.pool.free_ids() - reserved)
+                rnd.wait(job, f"highest priority; reserved {len(reserved)} GPU(s) at t={shadow:.0f}")
+                continue
+            assert outside is not None
+            got = rnd.fit(job)
+            if got is not None and now + estimated_runtime(job, got, topo) <= shadow:
+                how = "backfill: ends before the reservation"
+            else:
+                got = rnd.fit(job, pool=outside)
+                how = "backfill: avoids the reserved GPUs"
+            if got is None:
+                rnd.wait(job, f"would delay the reservation at t={shadow:.0f}")
+                continue
+            rnd.grant(job, got, source="backfill")
+            outside.take(got - reserved)
+            rnd.note(job.app_id, f"job {job.id} {how}")
+        for a in ctx.state.apps:
+            best = max((prio[j.id] for j in a.jobs if j.id in prio), default=None)
+            if best is not None:
+                rnd.note(a.id, f"priority {best:.0f} (fair share {self.fairshare(a.owner, users):.3f})")
+        self._holding = {}
+        for jid in rnd.jobs:
+            if rnd.is_active(jid):
+                n = len(rnd.granted[jid].gpus) if jid in rnd.granted else len(rnd.running[jid].gpus)
+                user = owner[rnd.jobs[jid].app_id]
+                self._holding[user] = self._holding.get(user, 0) + n
+        return rnd.decision(order)
+
+    def _reserve(self, rnd: Round, job: Job) -> tuple[float, frozenset[int]] | None:
+        """Earliest estimated time and GPUs at which `job` fits, releasing running jobs (and those just
+        started) at their estimated ends."""
+        topo, now = rnd.topo, rnd.now
+        ends: list[tuple[float, str, frozenset[int]]] = []
+        for jid, lease in rnd.holding().items():
+            ends.append((now + estimated_runtime(rnd.jobs[jid], lease.gpus, topo), jid, lease.gpus))
+        for jid, g in rnd.granted.items():
+            ends.append((now + estimated_runtime(rnd.jobs[jid], g.gpus, topo), jid, g.gpus))
+        ends.sort()
+        pool = Pool(topo, rnd.pool.free_ids())
+        i = 0
+        while i < len(ends):
+            t = ends[i][0]
+            while i < len(ends) and ends[i][0] <= t:
+                pool.give(ends[i][2])
+                i += 1
+            got = rnd.fit(job, pool=pool)
+            if got is not None:
+                return max(t, now), got
+        return None
+
+    def next_wakeup(self, now: float) -> float | None:
+        return None
