@@ -1,18 +1,131 @@
-"""Entry point of `themisd`, the daemon that schedules a Slurm cluster with Themis."""
+"""Entry point of `themisd`, the daemon that schedules a Slurm cluster with Themis.
+
+    themisd [run] [--config FILE]          run the daemon (systemd: Type=notify)
+    themisd --check-config [FILE]          validate a config file: exit 0, or 1 with the message
+    themisd handback [--config FILE]       hand the cluster back to Slurm (stop themisd first)
+
+Thin by design: parse arguments, build the backend, call daemon.service / daemon.handback.
+"""
 
 from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
 
 import click
 
 from themis_slurm import __version__
+from themis_slurm.daemon import config as config_mod
+from themis_slurm.daemon.config import DEFAULT_PATH, Config, ConfigError
+from themis_slurm.slurm.model import SlurmBackend
+
+log = logging.getLogger("themisd")
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+def make_backend(cfg: Config) -> SlurmBackend:
+    """The Slurm backend for `cfg` (the command-line tools adapter)."""
+    from themis_slurm.slurm.backend import CliBackend  # imported late: --check-config needs no Slurm
+    from themis_slurm.slurm.model import AdapterConfig
+
+    return CliBackend(config=AdapterConfig(managed_partitions=cfg.slurm.partitions,
+                                           slurm_conf=cfg.slurm.slurm_conf or None,
+                                           timeout_s=cfg.slurm.command_timeout_s))
+
+
+def _load_or_exit(path: Path) -> Config:
+    try:
+        return config_mod.load(path)
+    except ConfigError as e:
+        click.echo(f"themisd: {e}", err=True)
+        sys.exit(1)
+
+
+def _check(path: Path) -> None:
+    cfg = _load_or_exit(path)
+    click.echo(f"{path}: OK (mode {cfg.mode}, lease {cfg.scheduler.lease_minutes:g} min, "
+               f"partitions {','.join(cfg.slurm.partitions)}, state {cfg.db_path})")
+    sys.exit(0)
+
+
+config_option = click.option("--config", "-c", "config_path", type=click.Path(path_type=Path),
+                             default=DEFAULT_PATH, show_default=True, help="themis.yaml to use")
+
+
+@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="themisd")
-def cli() -> None:
+@config_option
+@click.option("--check-config", "check_path", is_flag=False, flag_value="", default=None, metavar="[FILE]",
+              help="Validate FILE (default: --config) and exit 0 (valid) or 1 (with the message).")
+@click.option("--handback", "handback_flag", is_flag=True, help="Same as `themisd handback`.")
+@click.pass_context
+def cli(ctx: click.Context, config_path: Path, check_path: str | None, handback_flag: bool) -> None:
     """Run the Themis arbiter against the local Slurm cluster."""
+    if check_path is not None:
+        _check(Path(check_path) if check_path else config_path)
+    if handback_flag:
+        ctx.invoke(handback_cmd, config_path=config_path)
+        return
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(run_cmd, config_path=config_path)
+
+
+@cli.command("run")
+@config_option
+def run_cmd(config_path: Path) -> None:
+    """Run the daemon in the foreground (what systemd starts)."""
+    from themis_slurm.daemon.service import AlreadyRunning, Service, install_signals, setup_logging
+
+    cfg = _load_or_exit(config_path)
+    setup_logging(cfg.log_level)
+    service = Service(cfg, config_path, make_backend(cfg))
+    install_signals(service)
+    try:
+        sys.exit(service.run())
+    except AlreadyRunning as e:
+        click.echo(f"themisd: {e}", err=True)
+        sys.exit(1)
+
+
+@cli.command("check-config")
+@click.argument("file", type=click.Path(path_type=Path), default=DEFAULT_PATH)
+def check_config_cmd(file: Path) -> None:
+    """Validate a config file (exit 0 or 1 with the message)."""
+    _check(file)
+
+
+@cli.command("handback")
+@config_option
+def handback_cmd(config_path: Path) -> None:
+    """Hand the cluster back to Slurm: job_submit mode off, release every held managed job unpinned."""
+    from themis_slurm.daemon.handback import handback
+    from themis_slurm.daemon.service import AlreadyRunning, setup_logging, state_lock
+    from themis_slurm.daemon.state import Store
+
+    cfg = _load_or_exit(config_path)
+    setup_logging(cfg.log_level)
+    try:
+        with state_lock(cfg.state_dir):
+            store = Store(cfg.db_path)
+            try:
+                rep = handback(make_backend(cfg), cfg, store)
+            finally:
+                store.close()
+    except AlreadyRunning as e:
+        click.echo(f"themisd handback: {e}", err=True)
+        sys.exit(1)
+    for note in rep.notes:
+        click.echo(note)
+    click.echo(f"released {len(rep.released)} job(s); {len(rep.errors)} error(s)")
+    for err in rep.errors:
+        click.echo(f"error: {err}", err=True)
+    sys.exit(1 if rep.errors else 0)
 
 
 def main() -> None:
     """Console-script entry point."""
     cli()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""Fixtures for the daemon's unit tests: a small cluster in FakeSlurm and a Daemon on a temporary store."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from themis_slurm.core.topology import Topology
+from themis_slurm.daemon.config import Config, EstimatesConfig, SchedulerConfig, parse
+from themis_slurm.daemon.loop import Daemon
+from themis_slurm.daemon.state import Store
+
+from .fake_slurm import FakeSlurm
+
+
+def daemon_config(state_dir: Path, **scheduler: float) -> Config:
+    """Short leases (60 s), 10 s grace, no minimum run time: rounds happen within a few simulated cycles."""
+    sched = dict(lease_minutes=1.0, grace_s=10.0, min_runtime_s=0.0, release_timeout_s=20.0)
+    sched.update(scheduler)
+    cfg = parse({"state_dir": str(state_dir), "poll_interval_s": 5, "metrics": {"listen": ""},
+                 "api": {"listen": ""}}, "test.yaml")
+    return replace(cfg, scheduler=SchedulerConfig(**sched),
+                   estimates=EstimatesConfig(default_s=600.0, min_s=10.0, max_s=86400.0))
+
+
+@pytest.fixture
+def topo() -> Topology:
+    """2 nodes x 4 GPUs (two NVLink islands of 2 each) in one rack: 8 GPUs."""
+    return Topology.uniform(racks=1, nodes_per_rack=2, gpus_per_node=4, islands_per_node=2)
+
+
+@pytest.fixture
+def slurm(topo: Topology) -> FakeSlurm:
+    return FakeSlurm(topo)
+
+
+@pytest.fixture
+def make_daemon(tmp_path: Path, slurm: FakeSlurm) -> Iterator[Callable[..., Daemon]]:
+    """Builds a Daemon on the shared FakeSlurm and a store in tmp_path (call again = a restart)."""
+    stores: list[Store] = []
+
+    def make(cfg: Config | None = None, **scheduler: float) -> Daemon:
+        cfg = cfg or daemon_config(tmp_path / "state", **scheduler)
+        store = Store(cfg.db_path)
+        stores.append(store)
+        return Daemon(cfg, slurm, store)
+
+    yield make
+    for s in stores:
+        s.close()
+
+
+def run(d: Daemon, slurm: FakeSlurm, seconds: float, step: float = 5.0) -> None:
+    """Cycles every `step` simulated seconds for `seconds`."""
+    t = 0.0
+    while t < seconds:
+        d.cycle()
+        slurm.advance(step)
+        t += step

@@ -1,0 +1,308 @@
+"""themisd's configuration: a YAML file (default /etc/themis/themis.yaml) read into frozen dataclasses.
+
+Admins edit this file by hand and reload it with SIGHUP, so validation is strict and talkative: every
+error names the file, the key (dotted path), the value and what is accepted, unknown keys are rejected by
+name (a typo must not silently fall back to a default), and the whole file is checked before anything is
+used, so a bad reload keeps the previous configuration in force. daemon/themis.yaml is the annotated
+example; docs/admin-guide.md has the reference.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DEFAULT_PATH = Path("/etc/themis/themis.yaml")
+MODES = ("enforce", "observe")
+SOLVERS = ("auto", "exact", "fast")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+class ConfigError(ValueError):
+    """A configuration problem; the message is ready to show an admin (``file: key: value ...: accepted``)."""
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Themis's knobs: lease length, preemption timing and the arbiter's own settings."""
+
+    lease_minutes: float = 10.0
+    grace_s: float = 60.0
+    min_runtime_s: float = 120.0
+    fairness_knob: float = 0.8
+    solver: str = "auto"
+    release_timeout_s: float = 60.0
+
+    @property
+    def lease_s(self) -> float:
+        return self.lease_minutes * 60.0
+
+
+@dataclass(frozen=True)
+class EstimatesConfig:
+    """Where a job's work estimate comes from when it gives none, and the bounds every estimate is held to."""
+
+    default_s: float = 3600.0
+    min_s: float = 60.0
+    max_s: float = 30 * 86400.0
+
+
+@dataclass(frozen=True)
+class SlurmConfig:
+    """How themisd reaches Slurm and the job_submit.lua side of the installation."""
+
+    partitions: tuple[str, ...] = ("gpu",)
+    slurm_conf: str = ""  # "" = $SLURM_CONF, else /etc/slurm/slurm.conf (gres.conf, topology.conf beside it)
+    job_submit_conf: str = "/etc/slurm/themis_job_submit.conf.lua"
+    command_timeout_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    """Where Prometheus scrapes ``/metrics`` ("" turns the endpoint off)."""
+
+    listen: str = "127.0.0.1:9798"
+
+    @property
+    def address(self) -> tuple[str, int] | None:
+        if not self.listen:
+            return None
+        host, _, port = self.listen.rpartition(":")
+        return host.strip("[]") or "0.0.0.0", int(port)
+
+
+@dataclass(frozen=True)
+class ApiConfig:
+    """The read-only status API (themis_slurm.api) that themisd serves for `themis status/explain`."""
+
+    listen: str = "127.0.0.1:8787"
+    operators: tuple[str, ...] = ()
+
+
+def _names(v: Any) -> tuple[str, ...]:
+    if v is None:
+        return ()
+    if isinstance(v, str):
+        v = [v]
+    if not isinstance(v, list) or not all(isinstance(x, str | int) and not isinstance(x, bool) for x in v):
+        raise _Bad("a list of user names or uids")
+    return tuple(str(x) for x in v)
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole file. `source` is where it was read from (for messages), not a setting."""
+
+    mode: str = "enforce"
+    poll_interval_s: float = 5.0
+    state_dir: str = "/var/lib/themis"
+    log_level: str = "info"
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    estimates: EstimatesConfig = field(default_factory=EstimatesConfig)
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    api: ApiConfig = field(default_factory=ApiConfig)
+    source: str = "<defaults>"
+
+    @property
+    def db_path(self) -> Path:
+        return Path(self.state_dir) / "themis.db"
+
+    def restart_only_changes(self, new: Config) -> list[str]:
+        """Keys whose change a SIGHUP cannot apply (they are bound at start): reported, not applied."""
+        out = []
+        if new.state_dir != self.state_dir:
+            out.append("state_dir")
+        if new.metrics.listen != self.metrics.listen:
+            out.append("metrics.listen")
+        if new.api != self.api:
+            out.append("api")
+        for key in ("partitions", "slurm_conf", "command_timeout_s"):
+            if getattr(new.slurm, key) != getattr(self.slurm, key):
+                out.append(f"slurm.{key}")
+        return out
+
+
+# ------------------------------------------------------------------------------------------ value checks
+Check = Callable[[Any], Any]  # returns the converted value or raises _Bad(expected)
+
+
+class _Bad(Exception):
+    def __init__(self, expected: str) -> None:
+        super().__init__(expected)
+        self.expected = expected
+
+
+def _number(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        raise _Bad("a number")
+    return float(v)
+
+
+def positive(v: Any) -> float:
+    try:
+        x = _number(v)
+    except _Bad:
+        raise _Bad("a positive number") from None
+    if x <= 0:
+        raise _Bad("a positive number")
+    return x
+
+
+def non_negative(v: Any) -> float:
+    try:
+        x = _number(v)
+    except _Bad:
+        raise _Bad("a number >= 0") from None
+    if x < 0:
+        raise _Bad("a number >= 0")
+    return x
+
+
+def knob(v: Any) -> float:
+    try:
+        x = _number(v)
+    except _Bad:
+        raise _Bad("a number in [0, 1)") from None
+    if not 0 <= x < 1:
+        raise _Bad("a number in [0, 1)")
+    return x
+
+
+def one_of(choices: tuple[str, ...]) -> Check:
+    def check(v: Any) -> str:
+        if not isinstance(v, str) or v.lower() not in choices:
+            raise _Bad("one of " + ", ".join(choices))
+        return v.lower()
+
+    return check
+
+
+def path(v: Any) -> str:
+    if not isinstance(v, str) or not v.startswith("/"):
+        raise _Bad("an absolute path")
+    return v
+
+
+def optional_path(v: Any) -> str:
+    if v is None or v == "":
+        return ""
+    return path(v)
+
+
+def partitions(v: Any) -> tuple[str, ...]:
+    if isinstance(v, str):
+        v = [v]
+    if not isinstance(v, list) or not v or not all(isinstance(p, str) and p and "," not in p for p in v):
+        raise _Bad("a non-empty list of partition names")
+    return tuple(v)
+
+
+def listen(v: Any) -> str:
+    if v is None or v == "":
+        return ""
+    if not isinstance(v, str):
+        raise _Bad('HOST:PORT (e.g. "127.0.0.1:9798"), or "" to disable')
+    _, sep, port = v.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise _Bad('HOST:PORT (e.g. "127.0.0.1:9798"), or "" to disable')
+    return v
+
+
+# key -> check, per section; the order is the order of the reference in docs/admin-guide.md.
+_TOP: dict[str, Check] = {
+    "mode": one_of(MODES),
+    "poll_interval_s": positive,
+    "state_dir": path,
+    "log_level": one_of(LOG_LEVELS),
+}
+_SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
+    "scheduler": (SchedulerConfig, {
+        "lease_minutes": positive,
+        "grace_s": non_negative,
+        "min_runtime_s": non_negative,
+        "fairness_knob": knob,
+        "solver": one_of(SOLVERS),
+        "release_timeout_s": positive,
+    }),
+    "estimates": (EstimatesConfig, {"default_s": positive, "min_s": positive, "max_s": positive}),
+    "slurm": (SlurmConfig, {
+        "partitions": partitions,
+        "slurm_conf": optional_path,
+        "job_submit_conf": optional_path,
+        "command_timeout_s": positive,
+    }),
+    "metrics": (MetricsConfig, {"listen": listen}),
+    "api": (ApiConfig, {"listen": listen, "operators": _names}),
+}  # fmt: skip
+
+
+def _shown(v: Any) -> str:
+    text = repr(v) if isinstance(v, str) else str(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def parse(data: Any, source: str = "themis.yaml") -> Config:
+    """Validates a decoded YAML document; raises ConfigError naming the first bad key."""
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{source}: the file must be a mapping of keys to values, not {type(data).__name__}")
+    top: dict[str, Any] = {}
+    sections: dict[str, Any] = {}
+    known = [*_TOP, *_SECTIONS]
+    for key, value in data.items():
+        if key in _TOP:
+            top[key] = _checked(source, str(key), value, _TOP[key])
+        elif key in _SECTIONS:
+            cls, checks = _SECTIONS[key]
+            if value is None:
+                value = {}
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"{source}: {key}: value {_shown(value)} is not a mapping "
+                                  f"(accepted keys: {', '.join(checks)})")
+            fields: dict[str, Any] = {}
+            for sub, v in value.items():
+                if sub not in checks:
+                    raise ConfigError(f"{source}: {key}.{sub}: unknown key (accepted: {', '.join(checks)})")
+                fields[str(sub)] = _checked(source, f"{key}.{sub}", v, checks[sub])
+            sections[key] = cls(**fields)
+        else:
+            raise ConfigError(f"{source}: {key}: unknown key (accepted: {', '.join(known)})")
+    cfg = Config(**top, **sections, source=source)
+    est = cfg.estimates
+    if est.min_s > est.max_s:
+        raise ConfigError(f"{source}: estimates.min_s: value {est.min_s:g} is above estimates.max_s "
+                          f"({est.max_s:g}): min_s must be <= max_s")
+    if not est.min_s <= est.default_s <= est.max_s:
+        raise ConfigError(f"{source}: estimates.default_s: value {est.default_s:g} is outside "
+                          f"[estimates.min_s, estimates.max_s] = [{est.min_s:g}, {est.max_s:g}]")
+    return cfg
+
+
+def _checked(source: str, key: str, value: Any, check: Check) -> Any:
+    try:
+        return check(value)
+    except _Bad as bad:
+        raise ConfigError(f"{source}: {key}: value {_shown(value)} is not {bad.expected}") from None
+
+
+def load(file: str | Path = DEFAULT_PATH) -> Config:
+    """Reads and validates `file`; every failure (missing, unreadable, bad YAML, bad value) is a ConfigError."""
+    p = Path(file)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read: {e.strerror or e}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
+        raise ConfigError(f"{p}: not valid YAML{at}: {getattr(e, 'problem', None) or e}") from None
+    return parse(data, source=str(p))

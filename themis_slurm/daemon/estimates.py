@@ -1,0 +1,127 @@
+"""Work estimates and progress: turning a Slurm job into the core's Job (work and done in ideal GPU-seconds).
+
+Both inputs are untrusted. The estimate comes from the trusted AdminComment record's ``est=`` (which the
+user chose), else the job's time limit (an upper bound users inflate), else the configured default; it is
+clamped to [estimates.min_s, estimates.max_s] so that nobody can make a job look tiny (to jump the queue)
+or huge, and the reason is kept for ``themis explain`` and the log. Progress comes from attained service
+(GPU-seconds held, weighted by the placement factor) and, when the job reports it, from its Comment
+``themis:progress=F`` with F in [0, 1]; a report that is not a number in that range is ignored with a reason,
+never fatal. Pure functions: the loop calls them with values from the snapshot and the store.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from themis_slurm.core.placement import PROFILES
+from themis_slurm.core.workload import Job
+from themis_slurm.daemon.config import EstimatesConfig
+from themis_slurm.slurm.model import ManagedJob
+
+#: A job still active is never treated as done: remaining work stays at least this fraction of the estimate,
+#: so a job that reports 100 % (or outruns its estimate) is not preempted as "finished" while it still runs.
+MIN_REMAINING = 0.01
+#: When attained service passes the estimate, the estimate is stretched to this multiple of what was done.
+OVERRUN_STRETCH = 1.25
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """Run time on the requested GPUs, where it came from, and what clamping did to it."""
+
+    est_s: float
+    source: str  # "est=", "time limit" or "default"
+    note: str = ""
+
+    def work(self, gpus: int) -> float:
+        """Ideal GPU-seconds: the estimate is wall time on all the job's GPUs."""
+        return self.est_s * gpus
+
+
+def estimate(job: ManagedJob, cfg: EstimatesConfig) -> Estimate:
+    """The job's run-time estimate, clamped, with the reason."""
+    raw, source = None, "default"
+    if _usable(job.est_s):
+        raw, source = float(job.est_s), "est="  # type: ignore[arg-type]
+    elif _usable(job.time_limit_s):
+        raw, source = float(job.time_limit_s), "time limit"  # type: ignore[arg-type]
+    if raw is None:
+        return Estimate(cfg.default_s, "default", f"no est= and no time limit: default {cfg.default_s:g}s")
+    if raw < cfg.min_s:
+        return Estimate(cfg.min_s, source, f"{source} {raw:g}s raised to the minimum {cfg.min_s:g}s")
+    if raw > cfg.max_s:
+        return Estimate(cfg.max_s, source, f"{source} {raw:g}s lowered to the maximum {cfg.max_s:g}s")
+    return Estimate(raw, source)
+
+
+def _usable(x: float | None) -> bool:
+    return x is not None and isinstance(x, int | float) and math.isfinite(x) and x > 0
+
+
+def checked_progress(job: ManagedJob) -> tuple[float | None, str]:
+    """The job's reported progress if it is usable, else None and why (empty when nothing was reported)."""
+    if job.progress_error:
+        return None, f"progress report ignored: {job.progress_error}"
+    p = job.progress
+    if p is None:
+        return None, ""
+    if isinstance(p, bool) or not isinstance(p, int | float) or not math.isfinite(p) or not 0.0 <= p <= 1.0:
+        return None, f"progress report ignored: {p!r} is not a number in [0, 1]"
+    return float(p), ""
+
+
+def done_and_work(work: float, done_service: float, progress: float | None) -> tuple[float, float, str]:
+    """(done, work) to give the arbiter, and a note when the estimate had to bend.
+
+    A progress report wins over attained service (it knows about slow steps and restarts lost work);
+    without one, service is the measure, and a job that outruns its estimate gets a longer one.
+    """
+    if progress is not None:
+        return min(progress, 1.0 - MIN_REMAINING) * work, work, ""
+    if done_service >= (1.0 - MIN_REMAINING) * work:
+        longer = done_service * OVERRUN_STRETCH
+        return done_service, longer, f"ran past its estimate: work stretched to {longer:.0f} GPU-s"
+    return done_service, work, ""
+
+
+def profile_of(job: ManagedJob) -> str:
+    """The placement profile name; unknown names (a newer job_submit.lua) fall back to the default class."""
+    name = (job.profile or "").lower()
+    return name if name in PROFILES else "low"
+
+
+def shape_of(job: ManagedJob) -> tuple[int | None, int | None]:
+    """(gpus_per_node, nodes) for the core, or (None, None) when the job does not fix its shape.
+
+    ``--gres=gpu:4`` is per node and Slurm gives one node unless -N says otherwise, so a per-node count
+    with no node count still fixes the shape.
+    """
+    gpn, nodes = job.gpus_per_node, job.nodes
+    if gpn is None or gpn < 1:
+        return None, None
+    if nodes is None:
+        if job.gpus % gpn:
+            return None, None
+        nodes = job.gpus // gpn
+    if nodes < 1 or nodes * gpn != job.gpus:
+        return None, None
+    return gpn, nodes
+
+
+def core_job(job: ManagedJob, work: float, done: float, preemptible: bool, service_s: float) -> Job:
+    """The arbiter's view of one managed job."""
+    gpn, nodes = shape_of(job)
+    return Job(
+        id=job.job_id,
+        app_id=job.app_key,
+        gpus=job.gpus,
+        work=work,
+        done=max(0.0, done),
+        profile=profile_of(job),
+        gpus_per_node=gpn,
+        nodes=nodes,
+        preemptible=preemptible,
+        submit=job.submit_time,
+        service=service_s,
+    )

@@ -1,0 +1,359 @@
+"""One poll cycle of themisd: the imperative shell around the pure parts (reconcile, planning, the arbiter).
+
+A cycle is: one bulk Slurm read (snapshot) -> reconcile intent with reality (record, act, record) ->
+account service, estimates and contention -> if a round is due, run it and record the Decision and the
+new intents in one transaction -> act on it in a safe order (warn losers first; start a granted job only
+once every node it was granted has room) -> metrics. Renewals are a database write only.
+
+Every Slurm action is preceded by a committed intent and followed by a committed outcome; actions are
+idempotent; so a crash anywhere is repaired by the next cycle's reconcile (see reconcile.py). Errors of
+single Slurm actions are logged and counted, and the next cycle retries them; an error reading Slurm skips
+the cycle. Observe mode never calls an action (guarded here as well as in reconcile).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from themis_slurm.core.arbiter import ArbiterConfig, run_round
+from themis_slurm.core.decision import Decision
+from themis_slurm.daemon.config import Config
+from themis_slurm.daemon.estimates import done_and_work
+from themis_slurm.daemon.metrics import Metrics
+from themis_slurm.daemon.planning import (
+    RoundInput,
+    account,
+    advance_apps,
+    build_round,
+    intents_after,
+    renew_in_place,
+    reserve,
+    round_due,
+    startable,
+)
+from themis_slurm.daemon.reconcile import Fix, reconcile
+from themis_slurm.daemon.state import AppRow, JobRow, Store
+from themis_slurm.slurm.model import ManagedJob, SlurmBackend, Snapshot
+
+log = logging.getLogger("themisd")
+
+
+@dataclass(frozen=True)
+class CycleReport:
+    """What one cycle did (for tests, the benchmark and the debug log)."""
+
+    time: float
+    duration_s: float
+    slurm_calls: int
+    snapshot_s: float
+    fixes: int
+    trigger: str | None = None
+    round_s: float = 0.0
+    grants: int = 0
+    renewals: int = 0
+    preemptions: int = 0
+    actions: int = 0
+    errors: int = 0
+    decision: Decision | None = None
+
+
+def _nodes(nodes: Mapping[str, int]) -> str:
+    return ",".join(f"{n}:{c}" for n, c in sorted(nodes.items())) or "-"
+
+
+def _t(x: float | None) -> str:
+    return "-" if x is None or not math.isfinite(x) else time.strftime("%H:%M:%S", time.localtime(x))
+
+
+class Daemon:
+    """themisd's state between cycles: config, backend, store, metrics, and the last idle signature."""
+
+    def __init__(self, cfg: Config, backend: SlurmBackend, store: Store, metrics: Metrics | None = None,
+                 perf: Callable[[], float] = time.perf_counter) -> None:
+        self.cfg = cfg
+        self.backend = backend
+        self.store = store
+        self.metrics = metrics or Metrics()
+        self.perf = perf
+        self._last_signature: object = None
+        self._seen_warnings: frozenset[str] = frozenset()
+        self._actions = 0
+        self._errors = 0
+        self.last_snapshot: Snapshot | None = None  # served by the status API (no extra Slurm reads)
+        self.last_cycle_time: float | None = None
+
+    # ------------------------------------------------------------------------------------------ config
+    def reload(self, new: Config) -> None:
+        """Applies a validated new config; keys bound at start are reported and keep their old value."""
+        fixed = self.cfg.restart_only_changes(new)
+        if fixed:
+            log.warning("config reload: %s change(s) need a restart; keeping the old value(s)", ", ".join(fixed))
+            new = replace(new, state_dir=self.cfg.state_dir, metrics=self.cfg.metrics, api=self.cfg.api,
+                          slurm=replace(self.cfg.slurm, job_submit_conf=new.slurm.job_submit_conf))
+        if new.mode != self.cfg.mode:
+            log.warning("config reload: mode %s -> %s", self.cfg.mode, new.mode)
+        self.cfg = new
+        self._last_signature = None
+
+    # ------------------------------------------------------------------------------------------ actions
+    def _act(self, action: str, mj: ManagedJob, *args: object) -> bool:
+        """Calls one backend action, timing it; False (logged, counted) when Slurm refused or failed."""
+        if self.cfg.mode != "enforce":
+            raise RuntimeError(f"observe mode must not {action} job {mj.job_id}")
+        t0 = self.perf()
+        self._actions += 1
+        try:
+            getattr(self.backend, action)(mj, *args)
+        except Exception as e:  # a Slurm command failed: the next cycle's reconcile retries
+            self._errors += 1
+            self.metrics.slurm_errors.labels(action).inc()
+            log.error("slurm %s failed app=%s job=%s: %s", action, mj.app_key, mj.job_id, e)
+            return False
+        finally:
+            self.metrics.slurm_seconds.labels(action).observe(self.perf() - t0)
+            self.metrics.slurm_calls.inc()
+        return True
+
+    # ------------------------------------------------------------------------------------------ cycle
+    def cycle(self) -> CycleReport:
+        """One poll cycle (see the module docstring)."""
+        c0 = self.perf()
+        self._actions = self._errors = 0
+        try:
+            snap = self.backend.snapshot()
+        except Exception as e:
+            self.metrics.slurm_errors.labels("snapshot").inc()
+            log.error("reading Slurm failed, cycle skipped: %s", e)
+            return CycleReport(time.time(), self.perf() - c0, 0, self.perf() - c0, 0, errors=1)
+        snap_s = self.perf() - c0
+        self.last_snapshot = snap
+        self.metrics.slurm_seconds.labels("snapshot").observe(snap.latency_s or snap_s)
+        self.metrics.slurm_calls.inc(snap.slurm_calls)
+        now = snap.time
+        self._log_warnings(snap.warnings)
+        jobs = {m.job_id: m for m in snap.managed}
+
+        rows = self.store.jobs()
+        fixes = reconcile(now, jobs, rows, self.cfg)
+        for fix in fixes:
+            self._apply_fix(fix, jobs, rows, now)
+        if any(f.kind != "new" for f in fixes):
+            self._last_signature = None  # intents changed: a round may decide something new
+
+        apps = self._account(snap, jobs, rows, now)
+
+        inp = build_round(snap, rows, apps, self.cfg, now)
+        trigger = round_due(inp, self._last_signature)
+        report = dict(trigger=trigger)
+        if trigger is not None:
+            report.update(self._round(inp, trigger, jobs, rows, apps, now))
+        if self.cfg.mode == "enforce":
+            self._start_granted(snap, jobs, rows, now)
+
+        self._metrics(snap, inp, rows, apps)
+        duration = self.perf() - c0
+        self.metrics.cycle_seconds.observe(duration)
+        self.metrics.last_cycle.set(now)
+        self.last_cycle_time = now
+        return CycleReport(now, duration, snap.slurm_calls + self._actions, snap_s, len(fixes),
+                           actions=self._actions, errors=self._errors, **report)  # type: ignore[arg-type]
+
+    def _log_warnings(self, warnings: Iterable[str]) -> None:
+        current = frozenset(warnings)
+        for w in sorted(current - self._seen_warnings):
+            log.warning("slurm: %s", w)
+        self._seen_warnings = current
+
+    def _apply_fix(self, fix: Fix, jobs: Mapping[str, ManagedJob], rows: dict[str, JobRow], now: float) -> None:
+        """Record the intent, act, record the outcome (reconcile.py explains why in this order)."""
+        with self.store.tx():
+            if fix.before is None:
+                old = rows.pop(fix.job_id, None)
+                if old is not None:
+                    self._book_finished(old)
+                self.store.delete_job(fix.job_id)
+            else:
+                self.store.put_job(fix.before)
+                rows[fix.job_id] = fix.before
+            self.store.add_event(now, fix.kind, fix.reason, fix.job_id, fix.app_key)
+        self.metrics.events.labels(fix.kind).inc()
+        level = logging.DEBUG if fix.kind == "new" and fix.action is None else logging.INFO
+        log.log(level, "%s app=%s job=%s: %s", fix.kind, fix.app_key, fix.job_id, fix.reason)
+        if fix.action is None:
+            return
+        args = (dict(fix.before.planned_nodes),) if fix.action == "start" and fix.before is not None else ()
+        ok = self._act(fix.action, jobs[fix.job_id], *args)
+        if ok and fix.after is not None:
+            with self.store.tx():
+                self.store.put_job(fix.after)
+            rows[fix.job_id] = fix.after
+
+    def _book_finished(self, row: JobRow) -> None:
+        """A job left: what it did stays in its app's T_id (App.finished_work)."""
+        app = self.store.apps().get(row.app_key)
+        if app is None:
+            return
+        done, _, _ = done_and_work(row.work, row.done_service, row.progress)
+        self.store.put_app(replace(app, finished_work=app.finished_work + done))
+
+    def _account(self, snap: Snapshot, jobs: Mapping[str, ManagedJob], rows: dict[str, JobRow],
+                 now: float) -> dict[str, AppRow]:
+        """Service, estimates, progress and contention, written in one transaction (changed rows only)."""
+        changed: list[JobRow] = []
+        delta: dict[str, float] = {}
+        for jid, row in rows.items():
+            mj = jobs.get(jid)
+            if mj is None:
+                continue
+            new, notes = account(row, mj, snap.topology, now, self.cfg)
+            for note in notes:
+                log.warning("estimate app=%s job=%s: %s", mj.app_key, jid, note)
+            if new != row:
+                changed.append(new)
+                delta[mj.app_key] = delta.get(mj.app_key, 0.0) + new.service_s - row.service_s
+        old_apps = self.store.apps()
+        apps = advance_apps(old_apps, snap.managed, now, delta)
+        with self.store.tx():
+            self.store.put_jobs(changed)
+            self.store.put_apps(app for key, app in apps.items() if old_apps.get(key) != app)
+        for new in changed:
+            rows[new.job_id] = new
+        return {k: a for k, a in apps.items() if a.active}
+
+    # ------------------------------------------------------------------------------------------ round
+    def _round(self, inp: RoundInput, trigger: str, jobs: Mapping[str, ManagedJob], rows: dict[str, JobRow],
+               apps: Mapping[str, AppRow], now: float) -> dict[str, object]:
+        cfg = self.cfg
+        arb = ArbiterConfig(fairness_knob=cfg.scheduler.fairness_knob, lease_s=cfg.scheduler.lease_s,
+                            solver=cfg.scheduler.solver)  # fmt: skip
+        t0 = self.perf()
+        try:
+            decision = run_round(inp.state, arb)
+        except Exception:
+            log.exception("arbiter round failed (trigger: %s); state kept, retried next cycle", trigger)
+            return {}
+        latency = self.perf() - t0
+        self._last_signature = inp.signature
+        new_rows = intents_after(decision, rows, cfg, now)
+        mode = cfg.mode
+        in_place = renew_in_place(decision, rows) if mode == "enforce" else {}
+        with self.store.tx():
+            rid = self.store.add_round(now, mode, trigger, decision.solver, decision.offered_gpus,
+                                       len(decision.grants), len(decision.renewals), len(decision.preemptions),
+                                       latency)  # fmt: skip
+            recs = decision.apps
+            for g in decision.grants:
+                rec = recs.get(g.app_id)
+                self.store.add_decision(rid, now, g.app_id, g.job_id, "grant", f"{g.source}: {rec.reason if rec else ''}",
+                                        rec.rho_before if rec else None, rec.rho_after if rec else None,
+                                        rec.payment_fraction if rec else None, len(g.gpus), g.nodes, g.lease_expiry)
+            for r in decision.renewals:
+                rec = recs.get(r.app_id)
+                self.store.add_decision(rid, now, r.app_id, r.job_id, "renewal", r.reason,
+                                        rec.rho_before if rec else None, rec.rho_after if rec else None,
+                                        None, len(r.gpus), None, r.lease_expiry)
+            for p in decision.preemptions:
+                rec = recs.get(p.app_id)
+                self.store.add_decision(rid, now, p.app_id, p.job_id, "preemption", p.reason,
+                                        rec.rho_before if rec else None, rec.rho_after if rec else None,
+                                        None, len(p.gpus))
+            for rec in recs.values():
+                self.store.add_decision(rid, now, rec.app_id, None, "app", rec.reason, rec.rho_before,
+                                        rec.rho_after, rec.payment_fraction, rec.won_gpus + rec.leftover_gpus)
+                app = apps.get(rec.app_id)
+                if app is not None:
+                    self.store.put_app(replace(app, rho=rec.rho_after))
+            for y, g in in_place.items():
+                self.store.add_decision(rid, now, g.app_id, y, "renewal",
+                                        f"renewed in place instead of moving job {g.job_id} onto its GPUs",
+                                        gpus=len(g.gpus), lease_expiry=g.lease_expiry)
+            for row in new_rows.values():
+                self.store.put_job(row)
+        rows.update(new_rows)
+        self._log_decision(decision, trigger, latency, mode)
+        for y, g in in_place.items():
+            log.info("renew app=%s job=%s in place instead of moving job %s onto its GPUs "
+                     "(one preemption instead of two)", g.app_id, y, g.job_id)
+
+        m = self.metrics
+        m.rounds.labels(mode).inc()
+        m.round_seconds.observe(latency)
+        for action, n in (("grant", len(decision.grants)), ("renewal", len(decision.renewals)),
+                          ("preemption", len(decision.preemptions))):
+            m.decisions.labels(action, mode).inc(n)
+        rhos = [r.rho_after for r in decision.apps.values() if math.isfinite(r.rho_after)]
+        for x in rhos:
+            m.rho.observe(x)
+        m.rho_worst.set(max(rhos, default=0.0))
+
+        if mode == "enforce":
+            # the `warning` intents were committed with the round; the outcomes go in one transaction
+            # (a crash before it re-sends SIGUSR1: at least once, as documented)
+            warned: list[JobRow] = []
+            for p in decision.preemptions:
+                row = rows.get(p.job_id)
+                if row is None or row.intent != "warning" or p.job_id not in jobs:
+                    continue
+                m.preemptions.inc()
+                if self._act("warn", jobs[p.job_id]):
+                    warned.append(replace(row, intent="warned", warn_time=now))
+            with self.store.tx():
+                self.store.put_jobs(warned)
+            rows.update((r.job_id, r) for r in warned)
+        return dict(round_s=latency, grants=len(decision.grants), renewals=len(decision.renewals),
+                    preemptions=len(decision.preemptions), decision=decision)
+
+    def _log_decision(self, d: Decision, trigger: str, latency: float, mode: str) -> None:
+        verb = "" if mode == "enforce" else "would "
+        log.info("round (%s) solver=%s offered=%d grants=%d renewals=%d preemptions=%d in %.3fs%s", trigger,
+                 d.solver, d.offered_gpus, len(d.grants), len(d.renewals), len(d.preemptions), latency,
+                 "" if mode == "enforce" else " [observe: nothing applied]")
+        recs = d.apps
+        for g in d.grants:
+            rec = recs.get(g.app_id)
+            log.info("%sgrant app=%s job=%s gpus=%d nodes=%s level=%s lease_until=%s reason=%s: %s", verb,
+                     g.app_id, g.job_id, len(g.gpus), _nodes(g.nodes), g.level, _t(g.lease_expiry), g.source,
+                     rec.reason if rec else "")
+        for r in d.renewals:
+            log.info("%srenew app=%s job=%s gpus=%d lease_until=%s reason=%s", verb, r.app_id, r.job_id,
+                     len(r.gpus), _t(r.lease_expiry), r.reason)
+        for p in d.preemptions:
+            rec = recs.get(p.app_id)
+            log.info("%spreempt app=%s job=%s gpus=%d reason=%s (rho %.3f)", verb, p.app_id, p.job_id,
+                     len(p.gpus), p.reason, rec.rho_before if rec else float("nan"))
+
+    # ------------------------------------------------------------------------------------------ starts
+    def _start_granted(self, snap: Snapshot, jobs: Mapping[str, ManagedJob], rows: dict[str, JobRow],
+                       now: float) -> None:
+        """Pin and release every granted job whose nodes have room now (intent `starting` first)."""
+        reserved = reserve(snap, rows.values(), jobs)
+        starting = [replace(rows[jid], intent="starting", release_time=now)
+                    for jid in startable(reserved, rows, snap.topology)
+                    if jid in jobs and jobs[jid].state == "PENDING"]  # fmt: skip
+        with self.store.tx():  # all intents first, in one commit; then the (idempotent) starts
+            self.store.put_jobs(starting)
+        for row in starting:
+            rows[row.job_id] = row
+            mj = jobs[row.job_id]
+            log.info("start app=%s job=%s nodes=%s", mj.app_key, mj.job_id, _nodes(row.planned_nodes))
+            self._act("start", mj, dict(row.planned_nodes))
+
+    # ------------------------------------------------------------------------------------------ metrics
+    def _metrics(self, snap: Snapshot, inp: RoundInput, rows: Mapping[str, JobRow],
+                 apps: Mapping[str, AppRow]) -> None:
+        reserved = set().union(*inp.reserved.values()) if inp.reserved else set()
+        managed_used = set(snap.managed_used) or {g for m in snap.managed for g in m.gpu_ids}
+        self.metrics.set_gpus({
+            "total": snap.topology.size,
+            "free": len(snap.free - reserved),
+            "reserved": len(reserved),
+            "leased": len(managed_used),
+            "unmanaged": len(snap.unmanaged),
+            "unavailable": len(snap.unavailable),
+        })  # fmt: skip
+        self.metrics.apps.set(len(apps))
+        self.metrics.set_jobs(r.intent for r in rows.values())

@@ -1,0 +1,71 @@
+"""Prometheus metrics of themisd (prefix ``themis_``; prometheus-slurm-exporter already owns ``slurm_*``).
+
+Each daemon gets its own registry, so tests can run several daemons in one process and read values back;
+:meth:`Metrics.serve` exposes it on the configured address. The list with meanings is in
+docs/admin-guide.md ("Metrics").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from themis_slurm.daemon.state import INTENTS
+
+RHO_BUCKETS = (0.5, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0)
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+
+
+class Metrics:
+    """All of themisd's metrics, registered in a private registry."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.apps = Gauge("themis_apps", "Apps with at least one active managed job", registry=r)
+        self.jobs = Gauge("themis_jobs", "Managed jobs by Themis intent", ["intent"], registry=r)
+        self.rho = Histogram("themis_rho", "Finish-time fairness rho of each app after each round",
+                             buckets=RHO_BUCKETS, registry=r)
+        self.rho_worst = Gauge("themis_rho_worst", "Largest rho among apps after the last round", registry=r)
+        self.gpus = Gauge("themis_gpus", "Managed-partition GPUs by state", ["state"], registry=r)
+        self.rounds = Counter("themis_rounds", "Arbiter rounds run", ["mode"], registry=r)
+        self.round_seconds = Histogram("themis_round_duration_seconds", "Wall time of one arbiter round",
+                                       buckets=LATENCY_BUCKETS, registry=r)
+        self.cycle_seconds = Histogram("themis_cycle_duration_seconds", "Wall time of one poll cycle",
+                                       buckets=LATENCY_BUCKETS, registry=r)
+        self.decisions = Counter("themis_decisions", "Grants, renewals and preemptions decided",
+                                 ["action", "mode"], registry=r)
+        self.preemptions = Counter("themis_preemptions", "Jobs warned because their lease was lost",
+                                   registry=r)
+        self.events = Counter("themis_reconcile_events", "Reconciliation corrections by kind", ["kind"],
+                              registry=r)
+        self.slurm_calls = Counter("themis_slurm_calls", "Slurm commands run", registry=r)
+        self.slurm_errors = Counter("themis_slurm_errors", "Failed Slurm reads and actions", ["action"],
+                                    registry=r)
+        self.slurm_seconds = Histogram("themis_slurm_call_duration_seconds",
+                                       "Wall time of Slurm reads (snapshot) and actions", ["action"],
+                                       buckets=LATENCY_BUCKETS, registry=r)
+        self.last_cycle = Gauge("themis_last_cycle_timestamp_seconds", "Unix time of the last finished cycle",
+                                registry=r)
+        self.config_reloads = Counter("themis_config_reloads", "SIGHUP reloads by result", ["result"],
+                                      registry=r)
+
+    def serve(self, address: tuple[str, int]) -> None:
+        """Starts the /metrics HTTP endpoint in a daemon thread."""
+        start_http_server(address[1], addr=address[0], registry=self.registry)
+
+    def set_gpus(self, counts: Mapping[str, int]) -> None:
+        for state, n in counts.items():
+            self.gpus.labels(state).set(n)
+
+    def set_jobs(self, intents: Iterable[str]) -> None:
+        counts: dict[str, int] = {}
+        for i in intents:
+            counts[i] = counts.get(i, 0) + 1
+        for i in INTENTS:
+            self.jobs.labels(i).set(counts.get(i, 0))
+
+    def value(self, name: str, labels: Mapping[str, str] | None = None) -> float:
+        """A sample's current value (tests and the benchmark read metrics back through this)."""
+        v = self.registry.get_sample_value(name, dict(labels or {}))
+        return 0.0 if v is None else v

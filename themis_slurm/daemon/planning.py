@@ -1,0 +1,272 @@
+"""From snapshot and store to a round, and from a Decision back to intents (pure).
+
+* :func:`account` adds the service a running job attained since the last cycle and refreshes its estimate.
+* :func:`reserve` keeps GPUs for jobs that were granted but are not running yet. Slurm chooses GPU indices
+  inside a node, so a reservation is a per-node count; the ids it holds are the granted ones while they
+  are free, else other free ids of the same node.
+* :func:`build_round` makes the core's ClusterState: free GPUs are the snapshot's free GPUs minus
+  reservations; running managed jobs hold leases (a lease never ends before ``min_runtime_s`` of run time);
+  jobs in transition (granted, starting, being warned or requeued, completing) hold their GPUs with a lease
+  that never expires, so the round neither offers their GPUs nor plans them twice, while their throughput
+  still counts in their app's rho.
+* :func:`round_due` says whether a round can decide anything: a lease expired, or GPUs are free while work
+  waits and that situation changed since the last round (so an idle cluster, or one where nothing fits,
+  costs one comparison per cycle).
+* :func:`intents_after` turns a Decision into the new rows; :func:`startable` says which granted jobs can
+  be started now (every node they were granted has room).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from themis_slurm.core.arbiter import ClusterState
+from themis_slurm.core.decision import Decision, Grant
+from themis_slurm.core.placement import get_profile
+from themis_slurm.core.topology import Topology
+from themis_slurm.core.workload import App, Lease
+from themis_slurm.daemon.config import Config
+from themis_slurm.daemon.estimates import checked_progress, core_job, done_and_work, estimate, profile_of
+from themis_slurm.daemon.state import AppRow, JobRow
+from themis_slurm.slurm.model import ManagedJob, Snapshot
+
+TRANSITIONAL = ("granted", "starting", "warning", "warned", "requeueing")
+FOREVER = math.inf
+
+
+# ---------------------------------------------------------------------------------------- accounting
+def account(row: JobRow, mj: ManagedJob, topo: Topology, now: float, cfg: Config) -> tuple[JobRow, list[str]]:
+    """The row with attained service and estimate brought up to `now`, and notes to log (once each)."""
+    notes: list[str] = []
+    est = estimate(mj, cfg.estimates)
+    work = est.work(mj.gpus)
+    progress, pnote = checked_progress(mj)
+    if est.note and est.note != row.est_note:
+        notes.append(f"estimate: {est.note}")
+    if pnote and pnote != row.progress_note:
+        notes.append(pnote)
+    service, done_svc, until = row.service_s, row.done_service, row.accounted_until
+    if mj.state == "RUNNING":
+        since = max(until if until is not None else -FOREVER, mj.start_time if mj.start_time else now)
+        dt = max(0.0, now - since)
+        ids = [g for g in mj.gpu_ids if 0 <= g < topo.size]
+        n = len(ids) or mj.gpus
+        factor = get_profile(profile_of(mj)).factor(topo.level_of(ids)) if ids else 1.0
+        service += n * dt
+        done_svc += n * factor * dt
+        until = now
+    new = replace(row, work=work, est_source=est.source, est_note=est.note, service_s=service,
+                  done_service=done_svc, progress=progress if progress is not None else row.progress,
+                  progress_note=pnote, accounted_until=until, gpus=mj.gpus)  # fmt: skip
+    return new, notes
+
+
+def advance_apps(apps: Mapping[str, AppRow], jobs: Iterable[ManagedJob], now: float,
+                 service_delta: Mapping[str, float]) -> dict[str, AppRow]:
+    """Contention clocks, peak GPUs and service of every app; apps without jobs become inactive.
+
+    N (apps contending) is the number of apps with at least one active job. An app that comes back after
+    it went idle starts afresh (new arrival): a new sweep under an old name is a new app.
+    """
+    by_app: dict[str, list[ManagedJob]] = {}
+    for mj in jobs:
+        by_app.setdefault(mj.app_key, []).append(mj)
+    n = float(len(by_app))
+    out: dict[str, AppRow] = {}
+    for key, mjs in by_app.items():
+        old = apps.get(key)
+        demand = sum(m.gpus for m in mjs)
+        if old is None or not old.active:
+            arrival = min(min(m.submit_time for m in mjs), now)
+            row = AppRow(key, mjs[0].user, arrival, now, now, 0.0, max(1.0, n), peak_gpus=demand)
+        else:
+            row = old.with_clock(old.clock.advance(now, n))
+            row = replace(row, peak_gpus=max(row.peak_gpus, demand))
+        out[key] = replace(row, service_s=row.service_s + service_delta.get(key, 0.0))
+    for key, old in apps.items():
+        if key not in by_app and old.active:
+            out[key] = replace(old.with_clock(old.clock.advance(now, n)), active=0)
+    return out
+
+
+# ---------------------------------------------------------------------------------------- reservations
+def reserve(snapshot: Snapshot, rows: Iterable[JobRow], jobs: Mapping[str, ManagedJob]) -> dict[str, frozenset[int]]:
+    """GPUs kept for granted/starting jobs Slurm does not show running yet, oldest grant first."""
+    topo = snapshot.topology
+    avail = set(snapshot.free)
+    out: dict[str, frozenset[int]] = {}
+    pending = [r for r in rows if r.intent in ("starting", "granted")
+               and r.job_id in jobs and jobs[r.job_id].state != "RUNNING"]  # fmt: skip
+    # released jobs first: Slurm may start them any moment; then grants in the order they were made
+    pending.sort(key=lambda r: (r.intent != "starting", r.grant_time or 0.0, r.job_id))
+    for r in pending:
+        got: set[int] = set()
+        for node, count in sorted(r.planned_nodes.items()):
+            on_node = topo.node_gpus.get(node, ())
+            first = [g for g in on_node if g in r.planned_gpus and g in avail]
+            rest = [g for g in on_node if g not in r.planned_gpus and g in avail]
+            take = (first + rest)[:count]
+            got.update(take)
+            avail.difference_update(take)
+        out[r.job_id] = frozenset(got)
+    return out
+
+
+def startable(reserved: Mapping[str, frozenset[int]], rows: Mapping[str, JobRow], topo: Topology) -> list[str]:
+    """Granted jobs whose reservation is complete on every node, in grant order."""
+    out = []
+    for jid, gpus in reserved.items():
+        row = rows[jid]
+        if row.intent != "granted":
+            continue
+        if topo.nodes_of(gpus) == dict(sorted(row.planned_nodes.items())):
+            out.append(jid)
+    return sorted(out, key=lambda j: (rows[j].grant_time or 0.0, j))
+
+
+# ---------------------------------------------------------------------------------------- the round
+@dataclass(frozen=True)
+class RoundInput:
+    """The core's state plus what the loop needs to decide whether to run it."""
+
+    state: ClusterState
+    waiting: frozenset[str]
+    expired: frozenset[str]
+    reserved: Mapping[str, frozenset[int]]
+    leased: frozenset[int]
+
+    @property
+    def signature(self) -> tuple[frozenset[int], frozenset[str]]:
+        return self.state.free, self.waiting
+
+
+def build_round(snapshot: Snapshot, rows: Mapping[str, JobRow], apps: Mapping[str, AppRow], cfg: Config,
+                now: float) -> RoundInput:
+    """The arbiter's ClusterState for this cycle (see the module docstring)."""
+    topo = snapshot.topology
+    jobs = {m.job_id: m for m in snapshot.managed}
+    enforce = cfg.mode == "enforce"
+    reserved = reserve(snapshot, rows.values(), jobs)
+    used: set[int] = set()
+    leases: list[Lease] = []
+    core_jobs: dict[str, list] = {}
+    waiting: set[str] = set()
+    expired: set[str] = set()
+
+    def claim(ids: Iterable[int]) -> frozenset[int]:
+        mine = frozenset(g for g in ids if 0 <= g < topo.size and g not in used)
+        used.update(mine)
+        return mine
+
+    for jid in sorted(rows):
+        row, mj = rows[jid], jobs.get(jid)
+        if mj is None:
+            continue
+        done, work, _ = done_and_work(row.work, row.done_service, row.progress)
+        preemptible = mj.requeue_ok
+        lease: Lease | None = None
+        if row.intent == "running" and mj.state == "RUNNING" and mj.gpu_ids:
+            start = row.lease_start if row.lease_start is not None else now
+            expiry = row.lease_expiry if row.lease_expiry is not None else start + cfg.scheduler.lease_s
+            ran_from = mj.start_time if mj.start_time else start
+            expiry = max(expiry, ran_from + cfg.scheduler.min_runtime_s)
+            lease = Lease(jid, claim(mj.gpu_ids), start, expiry)
+            if expiry <= now:
+                expired.add(jid)
+        elif row.intent in ("granted", "starting") and mj.state != "RUNNING":
+            lease = Lease(jid, claim(reserved.get(jid, ())), now, FOREVER)
+            preemptible = False
+        elif row.intent == "waiting" and mj.state == "PENDING" and (mj.held or not enforce):
+            waiting.add(jid)
+        elif mj.gpu_ids:
+            # transitional running jobs, completing ones, unknown states: hold what Slurm says they hold
+            lease = Lease(jid, claim(mj.gpu_ids), now, FOREVER)
+            preemptible = False
+        else:
+            continue
+        if lease is not None:
+            leases.append(lease)
+        core_jobs.setdefault(mj.app_key, []).append(core_job(mj, work, done, preemptible, row.service_s))
+
+    app_objs = []
+    for key in sorted(core_jobs):
+        a = apps.get(key)
+        owner = a.owner if a else key.split("/", 1)[0]
+        arrival = a.arrival if a else now
+        contention = a.clock.average if a else 1.0
+        app_objs.append(App(key, owner, arrival, tuple(core_jobs[key]), contention,
+                            a.finished_work if a else 0.0, a.peak_gpus if a else 0))  # fmt: skip
+    free = frozenset(snapshot.free) - used
+    all_gpus = topo.size
+    cluster_gpus = max(1, all_gpus - len(snapshot.unavailable))
+    state = ClusterState(topo, now, free, tuple(leases), tuple(app_objs), cluster_gpus=cluster_gpus)
+    return RoundInput(state, frozenset(waiting), frozenset(expired), reserved, frozenset(used))
+
+
+def round_due(inp: RoundInput, last_signature: object) -> str | None:
+    """Why a round should run now, or None when it could not change anything."""
+    if inp.expired:
+        return f"{len(inp.expired)} lease(s) expired"
+    if inp.waiting and inp.state.free and inp.signature != last_signature:
+        return f"{len(inp.state.free)} free GPU(s), {len(inp.waiting)} waiting job(s)"
+    return None
+
+
+# ---------------------------------------------------------------------------------------- decision -> rows
+def renew_in_place(decision: Decision, rows: Mapping[str, JobRow]) -> dict[str, Grant]:
+    """Migrations that land exactly on the home of a preempted job of the same app and size.
+
+    The arbiter may move job X onto the GPUs of job Y (same app) while preempting Y: two restarts where
+    renewing Y in place and preempting X gives the app the same GPUs with one. Since the daemon does not
+    migrate (a migration is a preemption now and a grant later), such a grant becomes Y's renewal.
+    Returns {Y: the grant that now renews it}.
+    """
+    granted = {g.job_id for g in decision.grants}
+    homes = {p.job_id: p.gpus for p in decision.preemptions if p.job_id not in granted}
+    out: dict[str, Grant] = {}
+    for g in decision.grants:
+        if not g.migrated:
+            continue
+        for y, home in homes.items():
+            row = rows.get(y)
+            if (y not in out and home == g.gpus and row is not None and row.intent == "running"
+                    and row.app_key == g.app_id and row.gpus == len(g.gpus)):
+                out[y] = g
+                break
+    return out
+
+
+def intents_after(decision: Decision, rows: Mapping[str, JobRow], cfg: Config, now: float) -> dict[str, JobRow]:
+    """The rows a decision changes. Observe mode only moves leases forward (rounds at lease pace)."""
+    out: dict[str, JobRow] = {}
+    lease_s = cfg.scheduler.lease_s
+    if cfg.mode != "enforce":
+        for r in decision.renewals:
+            if r.job_id in rows and rows[r.job_id].intent == "running":
+                out[r.job_id] = replace(rows[r.job_id], lease_start=now, lease_expiry=now + lease_s)
+        for p in decision.preemptions:
+            if p.job_id in rows and rows[p.job_id].intent == "running":
+                out[p.job_id] = replace(rows[p.job_id], lease_start=now, lease_expiry=now + lease_s)
+        return out
+    in_place = renew_in_place(decision, rows)
+    preempted = {p.job_id for p in decision.preemptions} - set(in_place)
+    for p in decision.preemptions:
+        row = rows.get(p.job_id)
+        if row is not None and row.intent == "running" and p.job_id in preempted:
+            out[p.job_id] = replace(row, intent="warning")
+    for jid, g in in_place.items():
+        out[jid] = replace(rows[jid], lease_start=now, lease_expiry=g.lease_expiry)
+    for r in decision.renewals:
+        row = rows.get(r.job_id)
+        if row is not None and row.intent == "running" and r.job_id not in preempted:
+            out[r.job_id] = replace(row, lease_start=now, lease_expiry=r.lease_expiry)
+    for g in decision.grants:
+        row = rows.get(g.job_id)
+        if row is None or g.job_id in preempted or row.intent != "waiting":
+            continue  # a migration is a preemption now and a new grant in a later round
+        out[g.job_id] = replace(row, intent="granted", planned_nodes=dict(g.nodes), planned_gpus=g.gpus,
+                                grant_time=now, lease_start=None, lease_expiry=g.lease_expiry,
+                                release_time=None)  # fmt: skip
+    return out
