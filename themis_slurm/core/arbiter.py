@@ -188,8 +188,51 @@ def run_round(state: ClusterState, config: ArbiterConfig | None = None) -> Decis
         for g in gangs[before.get(aid, 0) :]:
             source.setdefault(g.job_id, "leftover")
 
+    got = _keep_holders_in_place(got, homes, jobs, source)
     return _decide(state, cfg, model, agents, bidders, rho_now, x_star, payments, got, source, homes,
                    renewals, expiry, offered, pool, jobs)  # fmt: skip
+
+
+def _kind(job: Job) -> tuple:
+    return (job.gpus, job.gpus_per_node, job.nodes, job.profile, job.elastic)
+
+
+def _keep_holders_in_place(
+    got: dict[str, list[Gang]],
+    homes: Mapping[str, frozenset[int]],
+    jobs: Mapping[str, Job],
+    source: dict[str, str],
+) -> dict[str, list[Gang]]:
+    """Never restart two jobs where one renewal does.
+
+    When a job X of an app lands exactly on the GPUs of a lease holder Y of the same app and the same
+    kind (shape and profile: same throughput, same rho), while Y is preempted or moved, give Y its GPUs
+    back and X whatever Y got (or nothing: X keeps waiting). The app's allocation is unchanged.
+    """
+    out: dict[str, list[Gang]] = {}
+    for aid, gangs in got.items():
+        gangs = list(gangs)
+        by_job = {g.job_id: k for k, g in enumerate(gangs)}
+        for y, home in homes.items():
+            if jobs[y].app_id != aid or (y in by_job and gangs[by_job[y]].gpus == home):
+                continue
+            for k, g in enumerate(gangs):
+                x = g.job_id
+                if g.gpus == home and x != y and x not in homes and _kind(jobs[x]) == _kind(jobs[y]):
+                    yk = by_job.get(y)
+                    sx, sy = source[x], source.get(y)
+                    gangs[k] = Gang(y, g.gpus, g.level, g.throughput)
+                    source[y] = sx
+                    if yk is not None:  # Y had been moved elsewhere: X takes that spot instead
+                        old = gangs[yk]
+                        gangs[yk] = Gang(x, old.gpus, old.level, old.throughput)
+                        source[x] = sy or sx
+                    else:  # Y had lost: X keeps waiting
+                        source.pop(x, None)
+                    by_job = {gg.job_id: i for i, gg in enumerate(gangs)}
+                    break
+        out[aid] = gangs
+    return out
 
 
 def _decide(

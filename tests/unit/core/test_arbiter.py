@@ -89,6 +89,29 @@ def test_job_past_its_estimate_still_gets_gpus() -> None:
     assert math.isfinite(d.apps["a"].rho_after)
 
 
+def test_same_app_job_never_displaces_a_holder_of_its_kind() -> None:
+    """X landing on holder Y's GPUs (same app, same kind) while Y loses becomes Y's renewal instead."""
+    from themis_slurm.core.agent import Gang
+    from themis_slurm.core.arbiter import _keep_holders_in_place
+
+    jobs = {
+        "x": Job("x", "a", 2, 100.0),
+        "y": Job("y", "a", 2, 100.0),
+        "z": Job("z", "a", 2, 100.0),
+    }
+    homes = {"y": frozenset({0, 1}), "z": frozenset({2, 3})}
+    got = {"a": [Gang("x", frozenset({0, 1}), Level.ISLAND, 2.0), Gang("z", frozenset({4, 5}), Level.ISLAND, 2.0)]}
+    source = {"x": "auction", "z": "leftover"}
+    out = _keep_holders_in_place(got, homes, jobs, source)
+    assert [(g.job_id, sorted(g.gpus)) for g in out["a"]] == [("y", [0, 1]), ("z", [4, 5])]
+    assert source["y"] == "auction" and "x" not in source
+    got2 = {"a": [Gang("y", frozenset({6, 7}), Level.ISLAND, 2.0), Gang("x", frozenset({0, 1}), Level.ISLAND, 2.0)]}
+    source2 = {"x": "leftover", "y": "auction"}
+    out2 = _keep_holders_in_place(got2, {"y": frozenset({0, 1})}, jobs, source2)
+    assert sorted((g.job_id, min(g.gpus)) for g in out2["a"]) == [("x", 6), ("y", 0)]
+    assert source2 == {"x": "auction", "y": "leftover"}
+
+
 def test_deterministic() -> None:
     state = random_state(random.Random(3))
     assert run_round(state) == run_round(state)
