@@ -1,0 +1,123 @@
+"""Simulator speed: the philly_mix1 trace on 1,024 GPUs per policy, and a generated 100,000-job run on 8,192 GPUs.
+
+Reports wall time (simulation only, trace loading excluded), event instants per second and policy calls per
+second. The Philly trace lives outside the project (../shared/traces/philly_mix1.csv); when it is absent that
+part is skipped with a message.
+
+    python benchmarks/sim_speed.py                        # table; philly at --round-interval 60
+    python benchmarks/sim_speed.py --round-interval 0     # exact: a policy call at every event instant
+    python benchmarks/sim_speed.py --quick --json         # 10% of philly, a 10,000-job generated run
+    python benchmarks/sim_speed.py --policies themis,fifo --big-policies fifo
+
+Cluster: 8-GPU nodes in racks of 16 nodes (1,024 GPUs = 8 racks; 8,192 GPUs = 64 racks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from themis_slurm.core.topology import Topology
+from themis_slurm.sim.engine import SimConfig, Simulator
+from themis_slurm.sim.loaders import load_trace
+from themis_slurm.sim.runner import PolicyKnobs, make_policy, registry
+from themis_slurm.sim.trace import PROFILE_MODELS, Trace, TraceJob
+
+PHILLY = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "philly_mix1.csv"
+
+
+def generated(n_jobs: int, gpus: int, seed: int = 0, load: float = 0.9) -> Trace:
+    """Philly-like jobs: mostly 1 GPU, lognormal run times (median 10 min), Poisson arrivals at `load`."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.choice([1, 2, 4, 8], n_jobs, p=[0.85, 0.05, 0.06, 0.04])
+    dur = np.minimum(rng.lognormal(np.log(600.0), 1.0, n_jobs), 48 * 3600.0)
+    mean_work = float(np.mean(sizes * dur))
+    gaps = rng.exponential(mean_work / (load * gpus), n_jobs)
+    arrivals = np.cumsum(gaps) - gaps[0]
+    apps = rng.integers(0, max(1, n_jobs // 200), n_jobs)
+    models = [PROFILE_MODELS[i] for i in rng.integers(0, len(PROFILE_MODELS), apps.max() + 1)]
+    jobs = tuple(
+        TraceJob(f"g{i}", f"app{apps[i]}", f"u{apps[i] % 50}", float(arrivals[i]), int(sizes[i]), float(dur[i]),
+                 models[apps[i]])  # fmt: skip
+        for i in range(n_jobs)
+    )
+    return Trace(jobs, f"generated({n_jobs} jobs, {gpus} GPUs, load {load})")
+
+
+def cluster(gpus: int) -> Topology:
+    nodes = gpus // 8
+    return Topology.uniform(max(1, nodes // 16), min(16, nodes), 8)
+
+
+def run(name: str, trace: Trace, topo: Topology, cfg: SimConfig) -> dict:
+    policy = make_policy(name, PolicyKnobs())
+    res = Simulator(trace, topo, policy, cfg).run()
+    return {
+        "policy": name,
+        "jobs": len(trace),
+        "gpus": topo.size,
+        "wall_s": round(res.wall_s, 2),
+        "events": res.events,
+        "policy_calls": res.policy_calls,
+        "events_per_s": round(res.events / res.wall_s, 1) if res.wall_s > 0 else None,
+        "calls_per_s": round(res.policy_calls / res.wall_s, 1) if res.wall_s > 0 else None,
+        "round_interval_s": cfg.round_interval_s,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ap.add_argument("--quick", action="store_true", help="10%% of philly and a 10,000-job generated run")
+    ap.add_argument("--policies", default=None, help="philly policies (default: all registered)")
+    ap.add_argument("--big-policies", default="fifo", help="policies for the generated run (default fifo)")
+    ap.add_argument("--round-interval", type=float, default=60.0,
+                    help="seconds between policy calls (0: at every event; default 60)")  # fmt: skip
+    ap.add_argument("--big-jobs", type=int, default=100_000)
+    ap.add_argument("--trace", type=Path, default=PHILLY)
+    args = ap.parse_args(argv)
+    names = args.policies.split(",") if args.policies else list(registry())
+    cfg = SimConfig(round_interval_s=args.round_interval)
+    rows: list[dict] = []
+    notes: list[str] = []
+    if args.trace.is_file():
+        philly = load_trace(args.trace, "chronus", skip_bad=True).shifted()
+        if args.quick:
+            philly = philly.head_jobs(len(philly) // 10)
+        for n in names:
+            print(f"philly_mix1: {n} ...", file=sys.stderr, flush=True)
+            rows.append({"run": "philly_mix1", **run(n, philly, cluster(1024), cfg)})
+    else:
+        notes.append(f"philly_mix1 skipped: {args.trace} not found")
+        print(notes[-1], file=sys.stderr)
+    n_big = 10_000 if args.quick else args.big_jobs
+    big = generated(n_big, 8192)
+    for n in args.big_policies.split(","):
+        print(f"generated {n_big} jobs: {n} ...", file=sys.stderr, flush=True)
+        t0 = time.perf_counter()
+        row = run(n, big, cluster(8192), cfg)
+        row["total_s"] = round(time.perf_counter() - t0, 2)
+        rows.append({"run": "generated", **row})
+    if args.json:
+        print(json.dumps({"rows": rows, "notes": notes}, indent=2))
+        return 0
+    head = ("run", "policy", "jobs", "gpus", "wall_s", "events", "policy_calls", "events_per_s", "calls_per_s")
+    table = [head, *[tuple(str(r.get(k, "")) for k in head) for r in rows]]
+    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
+    for i, r in enumerate(table):
+        print("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)))
+        if i == 0:
+            print("-" * (sum(widths) + 2 * (len(widths) - 1)))
+    print(f"(round interval {args.round_interval:g} s)")
+    for n in notes:
+        print(n)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,45 @@
+"""The README's first command, shortened: demo/run.sh --quick then demo/stop.sh on the real local cluster.
+
+Slow (about two minutes): it starts themisd, submits four apps from two users and waits for them. It skips
+when another themisd is running (two daemons on one cluster would fight over the same held jobs).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from themisd_guard import running_themisd  # tests/slurm is on sys.path under pytest
+
+if TYPE_CHECKING:  # conftest is not importable at run time; pytest injects the fixtures
+    from conftest import Cluster
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_demo_quick(cluster_session: Cluster) -> None:
+    other = running_themisd()
+    if other:
+        pytest.skip(f"another themisd is running on the cluster ({other})")
+    # not pytest's tmp_path: the test users must read the job script in it (pytest's folders are 0700)
+    demo_dir = Path(f"/var/tmp/themis-demo-test-{os.getpid()}")
+    env = dict(os.environ, DEMO_DIR=str(demo_dir))
+    try:
+        res = subprocess.run([str(REPO / "demo" / "run.sh"), "--quick"], capture_output=True, text=True,
+                             env=env, timeout=600, check=False)
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+        out = res.stdout
+        for app in ("themis-alice/array-", "themis-alice/bert", "themis-bob/big", "themis-bob/sweep"):
+            assert app in out.split("== Summary")[1]
+        assert "GPU utilisation:" in out and "themis explain" in out and "/metrics" in out
+        assert "finished" in out and "still" not in out.split("== Summary")[0].splitlines()[-1]
+    finally:
+        stop = subprocess.run([str(REPO / "demo" / "stop.sh")], capture_output=True, text=True, env=env,
+                              timeout=120, check=False)
+    assert stop.returncode == 0, stop.stderr
+    assert not demo_dir.exists()
+    assert running_themisd(str(demo_dir)) is None  # ours is gone (other tests may run their own meanwhile)

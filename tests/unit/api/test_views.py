@@ -1,0 +1,197 @@
+"""API documents and privacy, through ApiApp.handle (no HTTP) over a real daemon Store."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from themis_slurm.api.server import ApiApp
+
+from . import world
+
+ALICE = "MUNGE cred-alice"
+BOB = "MUNGE cred-bob"
+ROOT = "MUNGE cred-root"
+
+
+@pytest.fixture
+def app(make_app: Callable[..., ApiApp]) -> ApiApp:
+    a = make_app(private=True)
+    a.clock = lambda: world.NOW
+    return a
+
+
+def get(app: ApiApp, path: str, auth: str | None = None, query: str = "") -> tuple[int, dict]:
+    return app.handle(path, query, auth)
+
+
+def test_cluster_counts_gpus_by_rack_and_state(app: ApiApp) -> None:
+    status, doc = get(app, "/v1/cluster", ROOT)
+    assert status == 200
+    assert doc["gpus"] == {"total": 8, "free": 2, "reserved": 0, "leased": 6, "unmanaged": 0, "unavailable": 0}
+    assert {r["rack"]: (r["total"], r["free"], r["leased"]) for r in doc["racks"]} == {
+        "rack1": (4, 2, 2), "rack2": (4, 0, 4)}
+    assert [a["app"] for a in doc["apps"]] == ["themis-bob/job-21", "themis-alice/sweep", "themis-bob/job-20"]
+    assert [a["rank"] for a in doc["apps"]] == [1, 2, 3]
+    assert [x["job"] for x in doc["next_leases"]] == ["10", "20"]
+    assert doc["rounds"]["total"] == 2
+    assert doc["meta"]["data_age_s"] == 0.0 and doc["meta"]["source"] == "themisd"
+
+
+def test_anonymous_caller_gets_aggregates_only(app: ApiApp) -> None:
+    status, doc = get(app, "/v1/cluster")
+    assert status == 200
+    assert doc["apps"] == [] and doc["next_leases"] == []
+    assert doc["aggregates"]["apps"] == 3 and doc["aggregates"]["rho_worst"] == 2.5
+    assert doc["gpus"]["total"] == 8
+    assert doc["meta"]["viewer"]["scope"] == "aggregates"
+    assert "no munge credential sent" in doc["meta"]["viewer"]["note"]
+    _, jobs = get(app, "/v1/jobs")
+    assert jobs["jobs"] == [] and jobs["aggregates"]["jobs"] == 4
+
+
+def test_invalid_credential_is_anonymous_and_says_why(app: ApiApp) -> None:
+    _, doc = get(app, "/v1/jobs", "MUNGE forged")
+    assert doc["jobs"] == []
+    assert "Invalid credential" in doc["meta"]["viewer"]["note"]
+    _, doc = get(app, "/v1/jobs", "Bearer x")
+    assert "is not 'MUNGE <credential>'" in doc["meta"]["viewer"]["note"]
+
+
+def test_private_data_shows_only_own_jobs_and_apps(app: ApiApp) -> None:
+    _, doc = get(app, "/v1/jobs", ALICE)
+    assert {j["job"] for j in doc["jobs"]} == {"10", "11"}
+    assert doc["meta"]["viewer"] == {"user": "themis-alice", "uid": 1001, "scope": "own",
+                                     "note": "PrivateData=jobs,usage: you see your own jobs and apps"}
+    _, doc = get(app, "/v1/apps", BOB)
+    assert {a["app"] for a in doc["apps"]} == {"themis-bob/job-20", "themis-bob/job-21"}
+    _, doc = get(app, "/v1/cluster", BOB)
+    assert [x["job"] for x in doc["next_leases"]] == ["20"]
+    _, topo = get(app, "/v1/topology", BOB)
+    jobs_seen = {g["job"] for r in topo["racks"] for n in r["nodes"] for i in n["islands"] for g in i["gpus"]}
+    assert jobs_seen == {None, "20"}  # alice's GPUs show as leased, without her job id
+
+
+def test_public_cluster_shows_everything_to_any_authenticated_user(make_app: Callable[..., ApiApp]) -> None:
+    app = make_app(private=False)
+    _, doc = get(app, "/v1/jobs", ALICE)
+    assert {j["job"] for j in doc["jobs"]} == {"10", "11", "20", "21"}
+
+
+@pytest.mark.parametrize("auth, operators", [(ROOT, ()), (ALICE, ("themis-alice",)), (ALICE, ("1001",))])
+def test_root_and_operators_see_all(make_app: Callable[..., ApiApp], auth: str, operators: tuple[str, ...]) -> None:
+    _, doc = get(make_app(private=True, operators=operators), "/v1/jobs", auth)
+    assert len(doc["jobs"]) == 4 and doc["meta"]["viewer"]["scope"] == "all"
+
+
+def test_slurm_user_sees_all(make_app: Callable[..., ApiApp]) -> None:
+    app = make_app(private=True)
+    app.auth.decoder = lambda cred: 64030  # the SlurmUser of slurm.conf
+    _, doc = get(app, "/v1/jobs", "MUNGE x")
+    assert len(doc["jobs"]) == 4
+
+
+def test_jobs_filters_and_fields(app: ApiApp) -> None:
+    _, doc = get(app, "/v1/jobs", ROOT, "user=themis-bob")
+    assert [j["job"] for j in doc["jobs"]] == ["20", "21"]
+    _, doc = get(app, "/v1/jobs", ALICE, "app=sweep")
+    assert [j["job"] for j in doc["jobs"]] == ["10", "11"]
+    j10 = doc["jobs"][0]
+    assert j10 | {"service_gpu_s": 0} == j10 | {
+        "job": "10", "app": "themis-alice/sweep", "user": "themis-alice", "state": "RUNNING", "intent": "running",
+        "gpus": 2, "nodes": {"node1": 2}, "lease_end": world.NOW + 40, "service_gpu_s": 0}
+
+
+def test_apps_have_finish_time_estimates_and_preemption_counts(app: ApiApp) -> None:
+    _, doc = get(app, "/v1/apps", ROOT)
+    sweep = next(a for a in doc["apps"] if a["app"] == "themis-alice/sweep")
+    assert sweep["jobs_running"] == 1 and sweep["jobs_waiting"] == 1 and sweep["gpus_held"] == 2
+    assert sweep["t_id_s"] > 0 and sweep["t_sh_s"] > 0
+    assert all("preemptions" in a for a in doc["apps"])
+    assert "themis-alice/old" not in {a["app"] for a in doc["apps"]}  # finished apps are history
+    _, doc = get(app, "/v1/apps", ROOT, "all=1")
+    assert "themis-alice/old" in {a["app"] for a in doc["apps"]}
+
+
+def test_explain_running_job(app: ApiApp) -> None:
+    status, doc = get(app, "/v1/jobs/10/explain", ALICE)
+    assert status == 200
+    assert doc["summary"].startswith("running on node1:2 under a lease until")
+    assert "40 s left" in doc["summary"] and "rank 2 of 3" in doc["summary"]
+    assert doc["app"]["rho"] == 1.4 and doc["app"]["rank"] == 2
+    first = doc["rounds"][-1]
+    assert first["app"]["bid"] and first["app"]["won_gpus"] == 2 and first["app"]["hidden_payment"] == 1.0
+    assert first["job"] == [{"action": "grant", "reason": "auction: bid (rank 1), won 2 GPU(s)", "gpus": 2,
+                             "nodes": {"node1": 2}, "lease_end": world.NOW + 40}]
+    assert doc["placement"] == {"planned": {"node1": 2}, "granted": {"node1": 2}, "current": {"node1": 2}}
+    assert doc["lease"]["remaining_s"] == 40
+
+
+def test_explain_waiting_job(app: ApiApp) -> None:
+    _, doc = get(app, "/v1/jobs/21/explain", BOB)
+    assert doc["summary"].startswith("waiting: in round 2")
+    assert "bid (rank 1) but won nothing" in doc["summary"]
+    assert [r["round"] for r in doc["rounds"]] == [2, 1]
+    assert doc["rounds"][1]["app"]["offered"] is False
+    assert doc["events"][0]["kind"] == "rehold"
+
+
+def test_explain_hides_other_users_jobs_like_unknown_ones(app: ApiApp) -> None:
+    s1, hidden = get(app, "/v1/jobs/20/explain", ALICE)
+    s2, unknown = get(app, "/v1/jobs/999/explain", ALICE)
+    assert s1 == s2 == 404
+    assert hidden["error"].replace("20", "N") == unknown["error"].replace("999", "N")
+    assert "squeue -j 999" in unknown["error"]
+
+
+@pytest.mark.parametrize("path, query, status, text", [
+    ("/v1/jobs/abc/explain", "", 400, "is not a Slurm job id"),
+    ("/v1/jobs", "colour=red", 400, "unknown parameter 'colour' (accepted: user, app)"),
+    ("/v1/rounds", "limit=0", 400, "not an integer in 1..1000"),
+    ("/v1/nope", "", 404, "no such endpoint"),
+    ("/v2/cluster", "", 404, "endpoints: /v1/cluster"),
+])
+def test_bad_requests(app: ApiApp, path: str, query: str, status: int, text: str) -> None:
+    got, doc = get(app, path, ROOT, query)
+    assert got == status and text in doc["error"]
+
+
+def test_rounds_are_aggregates(app: ApiApp) -> None:
+    _, doc = get(app, "/v1/rounds", None, "limit=1")
+    assert [r["id"] for r in doc["rounds"]] == [2]
+
+
+def test_no_snapshot_degrades(make_app: Callable[..., ApiApp]) -> None:
+    app = make_app(snapshot=False)
+    _, doc = get(app, "/v1/cluster", ROOT)
+    assert doc["gpus"]["total"] is None and doc["gpus"]["leased"] == 6
+    status, doc = get(app, "/v1/topology", ROOT)
+    assert status == 503 and "snapshot" in doc["error"]
+
+
+def test_missing_database_is_503(make_app: Callable[..., ApiApp], db) -> None:  # type: ignore[no-untyped-def]
+    app = make_app()
+    db.unlink()
+    status, doc = get(app, "/v1/cluster", ROOT)
+    assert status == 503 and "does not exist" in doc["error"]
+
+
+def test_database_is_opened_read_only(app: ApiApp) -> None:
+    import sqlite3
+
+    with app.state() as state, pytest.raises(sqlite3.OperationalError, match="readonly"):
+        state.db.execute("DELETE FROM jobs")
+
+
+def test_explain_a_job_that_left_uses_the_audit_log(app: ApiApp, db) -> None:  # type: ignore[no-untyped-def]
+    from themis_slurm.daemon.state import Store
+
+    store = Store(db)
+    with store.tx():
+        store.delete_job("10")
+    store.close()
+    app.snapshot = lambda: None  # Slurm no longer shows it either
+    status, doc = get(app, "/v1/jobs/10/explain", ALICE)
+    assert status == 200 and doc["job"]["intent"] == "gone"
+    assert doc["summary"].startswith("no longer active") and doc["placement"]["granted"] == {"node1": 2}

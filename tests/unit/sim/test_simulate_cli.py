@@ -1,0 +1,74 @@
+"""`themis simulate`: the --json shape, files written by --out, sweeps, traces, and bad options."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from themis_slurm.cli.main import cli
+from themis_slurm.sim.metrics import SUMMARY_KEYS
+
+QUICK = ["simulate", "--max-jobs", "12", "--racks", "1", "--nodes-per-rack", "2", "--gpus-per-node", "4"]
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, [*QUICK, *args])
+
+
+def test_json_shape():
+    r = run("--policies", "themis,fifo", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert list(doc) == ["policies"] and list(doc["policies"]) == ["themis", "fifo"]
+    for summary in doc["policies"].values():
+        assert list(summary) == list(SUMMARY_KEYS)
+        assert summary["max_rho"] >= summary["median_rho"] > 0
+
+
+def test_table_and_out(tmp_path):
+    r = run("--policies", "themis", "--out", str(tmp_path))
+    assert r.exit_code == 0, r.output
+    assert "themis" in r.output and "max rho" in r.output
+    for name in ("summary.csv", "summary.json", "apps_themis.csv", "rho_cdf.png", "utilization.png"):
+        assert (tmp_path / name).stat().st_size > 0
+
+
+def test_sweep_json(tmp_path):
+    r = run("--policies", "themis", "--sweep", "lease=300,900", "--json", "--out", str(tmp_path))
+    assert r.exit_code == 0, r.output
+    runs = json.loads(r.output)["sweep"]["runs"]
+    assert [x["value"] for x in runs] == [300, 900]
+    assert (tmp_path / "sweep_max_rho.png").exists() and (tmp_path / "value_300" / "summary.csv").exists()
+
+
+def test_chronus_trace(tmp_path):
+    csv = tmp_path / "t.csv"
+    csv.write_text(
+        "job_id,user,num_gpu,submit_time,duration,model_name\n"
+        "1,u1,1,0,100,vgg16\n2,u1,2,10,50,vgg16\n3,u2,0,20,30,resnet50\n4,u2,1,20,30,resnet50\n"
+    )
+    args = ["--trace", str(csv), "--format", "chronus", "--policies", "themis", "--json"]
+    bad = run(*args)
+    assert bad.exit_code == 2 and "--trace" in bad.output and "num_gpu" in bad.output
+    ok = run(*args, "--skip-bad")
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.output)["policies"]["themis"]["makespan_s"] > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "option", "value"),
+    [
+        (["--policies", "nosuch"], "--policies", "nosuch"),
+        (["--estimate-error", "gauss:2"], "--estimate-error", "gauss:2"),
+        (["--fairness-knob", "1.5"], "--fairness-knob", "1.5"),
+        (["--sweep", "colour=1,2"], "--sweep", "colour"),
+        (["--group-by", "user"], "--group-by", "user"),
+        (["--lease", "0"], "--lease", "0"),
+    ],
+)
+def test_bad_options(args, option, value):
+    r = run(*args)
+    assert r.exit_code == 2
+    assert option in r.output and value in r.output

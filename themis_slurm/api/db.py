@@ -1,0 +1,136 @@
+"""Read-only access to themisd's SQLite state.
+
+The database is opened with a ``file:...?mode=ro`` URI, so neither the API nor the CLI can change it even
+by mistake; themisd writes in WAL mode, so readers see the last committed cycle without blocking it.
+(A WAL database needs its -shm file: readers of a database whose writer is gone still work as long as
+the folder's -wal/-shm files exist or the folder is writable.)
+
+Rows are returned as plain dicts of the tables' columns (see daemon/state.py for their meaning); JSON
+columns (planned_nodes, planned_gpus, nodes) are decoded.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+Row = dict[str, Any]
+
+
+class StateUnavailable(RuntimeError):
+    """The state database cannot be read; the message names the file and the cause."""
+
+
+def connect_ro(path: str | Path, timeout: float = 5.0) -> sqlite3.Connection:
+    """A read-only connection (``mode=ro``); StateUnavailable when the file is missing or unreadable."""
+    p = Path(path)
+    if not p.exists():
+        raise StateUnavailable(f"state database {p} does not exist (has themisd ever run with this state_dir?)")
+    try:
+        db = sqlite3.connect(f"file:{quote(str(p.resolve()))}?mode=ro", uri=True, timeout=timeout,
+                             check_same_thread=False)
+        db.row_factory = sqlite3.Row
+        db.execute("SELECT 1 FROM schema_version").fetchone()
+    except sqlite3.Error as e:
+        raise StateUnavailable(f"cannot read state database {p}: {e}") from None
+    return db
+
+
+_JSON = {"planned_nodes": {}, "planned_gpus": [], "nodes": None}
+
+
+def _row(r: sqlite3.Row) -> Row:
+    d = dict(r)
+    for key, empty in _JSON.items():
+        if key in d:
+            d[key] = json.loads(d[key]) if d[key] else empty
+    return d
+
+
+class StateReader:
+    """Queries the API needs, over one read-only connection (a fresh one per request is cheap too)."""
+
+    def __init__(self, db: sqlite3.Connection, path: str = "") -> None:
+        self.db = db
+        self.path = path
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> StateReader:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        try:
+            return [_row(r) for r in self.db.execute(sql, params)]
+        except sqlite3.Error as e:
+            raise StateUnavailable(f"cannot read state database {self.path}: {e}") from None
+
+    def apps(self) -> list[Row]:
+        return self._all("SELECT * FROM apps ORDER BY app_key")
+
+    def jobs(self) -> list[Row]:
+        return self._all("SELECT * FROM jobs ORDER BY slurm_id, job_id")
+
+    def job(self, job_id: str) -> Row | None:
+        rows = self._all("SELECT * FROM jobs WHERE job_id = ?", (job_id,))
+        return rows[0] if rows else None
+
+    def rounds(self, limit: int) -> list[Row]:
+        return self._all("SELECT * FROM rounds ORDER BY id DESC LIMIT ?", (limit,))
+
+    def round_stats(self) -> Row:
+        rows = self._all("SELECT COUNT(*) AS n, MAX(time) AS last_time, SUM(preemptions) AS preemptions,"
+                         " AVG(latency_s) AS mean_latency_s, MAX(latency_s) AS max_latency_s FROM rounds")
+        return rows[0]
+
+    def decisions_of(self, job_id: str, app_key: str, rounds: int) -> list[Row]:
+        """Decision rows of the job and its app's records, in the app's or job's last `rounds` rounds."""
+        return self._all(
+            "SELECT d.*, r.trigger AS round_trigger, r.mode AS round_mode FROM decisions d"
+            " JOIN rounds r ON r.id = d.round_id"
+            " WHERE d.round_id IN (SELECT DISTINCT round_id FROM decisions WHERE job_id = ? OR app_key = ?"
+            "                      ORDER BY round_id DESC LIMIT ?)"
+            "   AND (d.job_id = ? OR (d.app_key = ? AND d.action = 'app'))"
+            " ORDER BY d.round_id DESC, d.id", (job_id, app_key, rounds, job_id, app_key))
+
+    def app_of_past_job(self, job_id: str) -> str | None:
+        """The app of a job that left (its rows are gone, its decisions and events stay in the audit log)."""
+        rows = self._all("SELECT app_key FROM (SELECT app_key, time FROM decisions WHERE job_id = ? UNION ALL"
+                         " SELECT app_key, time FROM events WHERE job_id = ? AND app_key IS NOT NULL)"
+                         " ORDER BY time DESC LIMIT 1", (job_id, job_id))
+        return rows[0]["app_key"] if rows else None
+
+    def preemptions_by_app(self) -> dict[str, int]:
+        rows = self._all("SELECT app_key, COUNT(*) AS n FROM decisions WHERE action = 'preemption'"
+                         " GROUP BY app_key")
+        return {r["app_key"]: int(r["n"]) for r in rows}
+
+    def events_of(self, job_id: str, limit: int = 5) -> list[Row]:
+        return self._all("SELECT * FROM events WHERE job_id = ? ORDER BY id DESC LIMIT ?", (job_id, limit))
+
+    def last_activity(self) -> float | None:
+        """The newest time themisd wrote (round, event, or per-cycle accounting): how fresh the data is."""
+        rows = self._all("SELECT MAX(t) AS t FROM (SELECT MAX(time) AS t FROM rounds UNION ALL"
+                         " SELECT MAX(time) FROM events UNION ALL SELECT MAX(accounted_until) FROM jobs)")
+        t = rows[0]["t"] if rows else None
+        return float(t) if t is not None else None
+
+
+StateFactory = Callable[[], StateReader]
+
+
+def reader_factory(path: str | Path) -> StateFactory:
+    """A factory opening `path` read-only for each use (SQLite connections are not shared across threads)."""
+
+    def open_reader() -> StateReader:
+        return StateReader(connect_ro(path), str(path))
+
+    return open_reader

@@ -1,0 +1,474 @@
+"""The API's JSON documents, built from the state database, the live snapshot and who is asking (pure).
+
+One function per endpoint; the HTTP server and the CLI's direct-database mode both call them, so a reply
+is the same whether it came over HTTP or from the file. Every document carries ``meta`` (time, data age,
+source, viewer, PrivateData, warnings) so a reader always knows how fresh and how complete it is.
+
+Privacy follows Slurm: with PrivateData=jobs (or usage) in slurm.conf a caller sees only their own jobs
+and apps; root, the SlurmUser and Themis operators see everything; a caller without a valid munge
+credential sees cluster-wide aggregates only (counts, worst and median rho, GPU totals, rounds).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+from themis_slurm.api.auth import Identity
+from themis_slurm.api.cluster import GPU_STATES, gpu_states, reserved_from_rows
+from themis_slurm.api.db import Row, StateReader
+from themis_slurm.api.slurmconf import SlurmConfInfo
+from themis_slurm.slurm.model import ManagedJob, Snapshot
+
+Doc = dict[str, Any]
+EXPLAIN_ROUNDS = 5
+NEXT_LEASES = 5
+
+
+class NotFound(LookupError):
+    """404: the message says what was not found and what to try."""
+
+
+class BadRequest(ValueError):
+    """400: the message names the parameter, the value and what is accepted."""
+
+
+@dataclass(frozen=True)
+class Viewer:
+    """What a caller may see: scope ``all``, ``own`` (PrivateData) or ``aggregates`` (no credential)."""
+
+    identity: Identity | None
+    scope: str
+    note: str = ""
+
+    @property
+    def user(self) -> str | None:
+        return self.identity.user if self.identity else None
+
+    def sees(self, owner: str | None) -> bool:
+        return self.scope == "all" or (self.scope == "own" and owner is not None and owner == self.user)
+
+    def as_json(self) -> Doc:
+        ident = self.identity
+        return {"user": ident.user if ident else None, "uid": ident.uid if ident else None,
+                "scope": self.scope, "note": self.note}
+
+
+def make_viewer(identity: Identity | None, why: str, conf: SlurmConfInfo) -> Viewer:
+    """Applies the privacy rules above to a (possibly missing) identity."""
+    if identity is None:
+        return Viewer(None, "aggregates", f"{why}: showing cluster-wide aggregates only")
+    if identity.privileged:
+        return Viewer(identity, "all")
+    if conf.private_jobs:
+        words = ",".join(sorted(conf.private_data))
+        return Viewer(identity, "own", f"PrivateData={words}: you see your own jobs and apps")
+    return Viewer(identity, "all")
+
+
+@dataclass
+class Context:
+    """Everything a view needs for one request."""
+
+    state: StateReader
+    snapshot: Snapshot | None
+    viewer: Viewer
+    conf: SlurmConfInfo
+    source: str = "themisd"  # or "database" (the CLI read the file directly)
+    now: float = field(default_factory=time.time)
+    snapshot_error: str | None = None
+    last_cycle: float | None = None
+    estimator: Callable[..., dict[str, tuple[float, float]]] | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def meta(self) -> Doc:
+        data_time = self.last_cycle or self.state.last_activity()
+        if self.snapshot is not None:
+            data_time = max(data_time or 0.0, self.snapshot.time)
+        warnings = list(self.warnings)
+        if self.snapshot_error:
+            warnings.append(self.snapshot_error)
+        if self.conf.error:
+            warnings.append(f"{self.conf.error}: treating the cluster as PrivateData=all")
+        return {
+            "time": self.now,
+            "data_time": data_time,
+            "data_age_s": None if data_time is None else max(0.0, self.now - data_time),
+            "source": self.source,
+            "viewer": self.viewer.as_json(),
+            "private_data": sorted(self.conf.private_data),
+            "warnings": warnings,
+        }
+
+
+# ----------------------------------------------------------------------------------------- helpers
+def owner_of(app_key: str) -> str:
+    """Apps are keyed ``user/name`` (the adapter puts the owner in the key so nobody joins another's app)."""
+    return app_key.split("/", 1)[0]
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+def _managed(ctx: Context) -> dict[str, ManagedJob]:
+    return {m.job_id: m for m in ctx.snapshot.managed} if ctx.snapshot else {}
+
+
+def merged_jobs(ctx: Context) -> list[Doc]:
+    """Every managed job Themis or Slurm knows: the database intent joined with Slurm's live view."""
+    rows = {r["job_id"]: r for r in ctx.state.jobs()}
+    live = _managed(ctx)
+    out = []
+    for jid in sorted(set(rows) | set(live), key=_job_sort_key):
+        r, m = rows.get(jid), live.get(jid)
+        app = r["app_key"] if r else m.app_key  # type: ignore[union-attr]
+        running = m is not None and m.state == "RUNNING"
+        nodes = dict(m.node_gpus) if running and m and m.node_gpus else (r or {}).get("planned_nodes") or {}
+        out.append({
+            "job": jid,
+            "slurm_id": r["slurm_id"] if r else m.slurm_id,  # type: ignore[union-attr]
+            "app": app,
+            "user": m.user if m else owner_of(app),
+            "name": m.name if m else "",
+            "partition": m.partition if m else "",
+            "state": m.state if m else "UNKNOWN",
+            "held": m.held if m else None,
+            "intent": r["intent"] if r else "new",
+            "gpus": r["gpus"] if r else m.gpus,  # type: ignore[union-attr]
+            "nodes": nodes,
+            "lease_start": r.get("lease_start") if r else None,
+            "lease_end": _finite(r.get("lease_expiry")) if r else None,
+            "submit_time": m.submit_time if m else None,
+            "start_time": m.start_time if m else None,
+            "restarts": m.restart_cnt if m else None,
+            "progress": r.get("progress") if r else (m.progress if m else None),
+            "estimate_source": r.get("est_source") if r else "",
+            "service_gpu_s": r.get("service_s", 0.0) if r else 0.0,
+            "adopted": bool(r.get("adopted")) if r else False,
+        })
+    return out
+
+
+def _job_sort_key(job_id: str) -> tuple[int, int, str]:
+    base, _, task = job_id.partition("_")
+    return (int(base) if base.isdigit() else 1 << 62, int(task) if task.isdigit() else -1, job_id)
+
+
+def _ranked(apps: Iterable[Row]) -> dict[str, int]:
+    """Rank of every active app with a rho: 1 = the worst rho (furthest behind its fair finish time)."""
+    scored = [a for a in apps if a["active"] and _finite(a["rho"]) is not None]
+    scored.sort(key=lambda a: (-a["rho"], a["app_key"]))
+    return {a["app_key"]: i + 1 for i, a in enumerate(scored)}
+
+
+def app_docs(ctx: Context, jobs: list[Doc] | None = None, with_estimates: bool = False,
+             finished: bool = False) -> list[Doc]:
+    """Apps that are active or have jobs (`finished`: every app ever seen), with counts, rho, rank, T_id/T_sh."""
+    jobs = merged_jobs(ctx) if jobs is None else jobs
+    rows = ctx.state.apps()
+    rank = _ranked(rows)
+    preempted = ctx.state.preemptions_by_app()
+    by_app: dict[str, list[Doc]] = {}
+    for j in jobs:
+        by_app.setdefault(j["app"], []).append(j)
+    est: dict[str, tuple[float, float]] = {}
+    if with_estimates and ctx.snapshot is not None and ctx.estimator is not None:
+        est = ctx.estimator(ctx.snapshot, ctx.state.jobs(), rows, now=ctx.now)
+    out = []
+    known = {a["app_key"]: a for a in rows}
+    for key in sorted(set(known) | set(by_app)):
+        a, js = known.get(key), by_app.get(key, [])
+        if a is not None and not a["active"] and not js and not finished:
+            continue
+        t_id, t_sh = est.get(key, (None, None))
+        out.append({
+            "app": key,
+            "owner": a["owner"] if a else owner_of(key),
+            "jobs_running": sum(1 for j in js if j["state"] == "RUNNING"),
+            "jobs_waiting": sum(1 for j in js if j["state"] == "PENDING"),
+            "gpus_held": sum(j["gpus"] for j in js if j["state"] == "RUNNING"),
+            "gpus_wanted": sum(j["gpus"] for j in js if j["state"] == "PENDING"),
+            "rho": _finite(a["rho"]) if a else None,
+            "rank": rank.get(key),
+            "t_id_s": _finite(t_id),
+            "t_sh_s": _finite(t_sh),
+            "arrival": a["arrival"] if a else None,
+            "service_gpu_s": a["service_s"] if a else 0.0,
+            "preemptions": preempted.get(key, 0),
+            "active": bool(a["active"]) if a else True,
+        })
+    out.sort(key=lambda d: (d["rank"] is None, d["rank"] or 0, d["app"]))
+    return out
+
+
+def _rho_aggregates(apps: list[Doc]) -> Doc:
+    rhos = [a["rho"] for a in apps if a["rho"] is not None]
+    return {"apps": len(apps), "rho_worst": max(rhos, default=None),
+            "rho_median": statistics.median(rhos) if rhos else None,
+            "jobs_running": sum(a["jobs_running"] for a in apps),
+            "jobs_waiting": sum(a["jobs_waiting"] for a in apps)}
+
+
+def _leases(jobs: list[Doc], now: float) -> list[Doc]:
+    out = [{"job": j["job"], "app": j["app"], "user": j["user"], "gpus": j["gpus"], "nodes": j["nodes"],
+            "lease_start": j["lease_start"], "lease_end": j["lease_end"],
+            "remaining_s": max(0.0, j["lease_end"] - now)}
+           for j in jobs if j["lease_end"] is not None and j["intent"] == "running"]
+    out.sort(key=lambda d: (d["lease_end"], d["job"]))
+    return out
+
+
+def _gpu_counts(ctx: Context, jobs: list[Doc]) -> tuple[Doc, list[Doc]]:
+    """Totals and per-rack counts by state; without a snapshot only what the database knows (leased)."""
+    if ctx.snapshot is None:
+        leased = sum(j["gpus"] for j in jobs if j["state"] == "RUNNING" or j["intent"] == "running")
+        return {"total": None, "leased": leased, **{s: None for s in GPU_STATES if s != "leased"}}, []
+    states = gpu_states(ctx.snapshot, reserved_from_rows(ctx.snapshot, ctx.state.jobs()))
+    total = {"total": len(states), **{s: 0 for s in GPU_STATES}}
+    racks: dict[str, Doc] = {}
+    for g in states:
+        total[g.state] += 1
+        r = racks.setdefault(g.rack, {"rack": g.rack, "nodes": set(), "total": 0, **{s: 0 for s in GPU_STATES}})
+        r["nodes"].add(g.node)
+        r["total"] += 1
+        r[g.state] += 1
+    for r in racks.values():
+        r["nodes"] = len(r["nodes"])
+    return total, list(racks.values())
+
+
+# ----------------------------------------------------------------------------------------- endpoints
+def cluster_view(ctx: Context, params: Mapping[str, str]) -> Doc:
+    """/v1/cluster: GPUs by state and rack, apps ranked by rho, next lease expiries, rounds, data age."""
+    _check_params(params, ())
+    jobs = merged_jobs(ctx)
+    apps = app_docs(ctx, jobs)
+    total, racks = _gpu_counts(ctx, jobs)
+    leases = _leases(jobs, ctx.now)
+    stats = ctx.state.round_stats()
+    v = ctx.viewer
+    return {
+        "meta": ctx.meta(),
+        "gpus": total,
+        "racks": racks,
+        "aggregates": {**_rho_aggregates(apps), "leases": len(leases),
+                       "next_lease_end": leases[0]["lease_end"] if leases else None},
+        "apps": [a for a in apps if v.sees(a["owner"])],
+        "next_leases": [x for x in leases if v.sees(x["user"])][:NEXT_LEASES],
+        "rounds": {"total": stats["n"] or 0, "last_time": stats["last_time"],
+                   "preemptions": stats["preemptions"] or 0, "mean_latency_s": stats["mean_latency_s"],
+                   "max_latency_s": stats["max_latency_s"]},
+    }
+
+
+def _check_params(params: Mapping[str, str], accepted: tuple[str, ...]) -> None:
+    for k in params:
+        if k not in accepted:
+            raise BadRequest(f"unknown parameter {k!r} (accepted: {', '.join(accepted) or 'none'})")
+
+
+def apps_view(ctx: Context, params: Mapping[str, str]) -> Doc:
+    """/v1/apps[?user=U][&all=1]: visible apps with T_id and T_sh estimates (all=1: finished ones too)."""
+    _check_params(params, ("user", "all"))
+    if params.get("all", "0") not in ("0", "1"):
+        raise BadRequest(f"parameter 'all': {params['all']!r} is not 0 or 1")
+    apps = app_docs(ctx, with_estimates=True, finished=params.get("all") == "1")
+    visible = [a for a in apps if ctx.viewer.sees(a["owner"]) and params.get("user", a["owner"]) == a["owner"]]
+    return {"meta": ctx.meta(), "aggregates": _rho_aggregates(apps), "apps": visible}
+
+
+def jobs_view(ctx: Context, params: Mapping[str, str]) -> Doc:
+    """/v1/jobs[?user=U][&app=A]: managed jobs, squeue-like plus app, intent, GPUs and lease end."""
+    _check_params(params, ("user", "app"))
+    jobs = merged_jobs(ctx)
+    user, app = params.get("user"), params.get("app")
+    visible = [j for j in jobs if ctx.viewer.sees(j["user"]) and (user is None or j["user"] == user)
+               and (app is None or j["app"] == app or j["app"] == f"{j['user']}/{app}")]
+    counts = {"jobs": len(jobs), "running": sum(1 for j in jobs if j["state"] == "RUNNING"),
+              "pending": sum(1 for j in jobs if j["state"] == "PENDING")}
+    return {"meta": ctx.meta(), "aggregates": counts, "jobs": visible}
+
+
+def leases_view(ctx: Context, params: Mapping[str, str]) -> Doc:
+    """/v1/leases: running leases by expiry (aggregate: how many, the next expiry)."""
+    _check_params(params, ())
+    leases = _leases(merged_jobs(ctx), ctx.now)
+    return {"meta": ctx.meta(),
+            "aggregates": {"leases": len(leases), "next_lease_end": leases[0]["lease_end"] if leases else None},
+            "leases": [x for x in leases if ctx.viewer.sees(x["user"])]}
+
+
+def rounds_view(ctx: Context, params: Mapping[str, str]) -> Doc:
+    """/v1/rounds[?limit=N]: the last rounds (counts and latency only: aggregates, visible to all)."""
+    _check_params(params, ("limit",))
+    raw = params.get("limit", "20")
+    if not raw.isdigit() or not 1 <= int(raw) <= 1000:
+        raise BadRequest(f"parameter 'limit': {raw!r} is not an integer in 1..1000")
+    return {"meta": ctx.meta(), "rounds": ctx.state.rounds(int(raw))}
+
+
+def topology_view(ctx: Context, params: Mapping[str, str]) -> Doc:
+    """/v1/topology: racks -> nodes -> NVLink islands -> GPUs with their state (jobs only when visible)."""
+    _check_params(params, ())
+    if ctx.snapshot is None:
+        raise Unavailable(ctx.snapshot_error or "no snapshot of the cluster yet: is Slurm reachable?")
+    owners = {m.job_id: m.user for m in ctx.snapshot.managed}
+    owners.update({j["job_id"]: owner_of(j["app_key"]) for j in ctx.state.jobs()})
+    racks: dict[str, dict[str, dict[int, list[Doc]]]] = {}
+    for g in gpu_states(ctx.snapshot, reserved_from_rows(ctx.snapshot, ctx.state.jobs())):
+        job = g.job if g.job and ctx.viewer.sees(owners.get(g.job)) else None
+        gpu = {"id": g.id, "index": g.index, "state": g.state, "job": job}
+        racks.setdefault(g.rack, {}).setdefault(g.node, {}).setdefault(g.island, []).append(gpu)
+    doc_racks = [{"rack": rack, "nodes": [
+        {"node": node, "islands": [{"island": isl, "gpus": gpus} for isl, gpus in islands.items()]}
+        for node, islands in nodes.items()]} for rack, nodes in racks.items()]
+    return {"meta": ctx.meta(), "racks": doc_racks}
+
+
+class Unavailable(RuntimeError):
+    """503: a source the view needs (Slurm, the database) cannot be read right now."""
+
+
+# ----------------------------------------------------------------------------------------- explain
+_RANK = re.compile(r"rank (\d+)")
+_WON = re.compile(r"won (\d+) GPU")
+_KEPT = re.compile(r"kept (\d+)")
+_LEFTOVER = re.compile(r"(\d+) GPU\(s\) from leftover")
+
+
+def _num(rx: re.Pattern[str], text: str) -> int | None:
+    m = rx.search(text or "")
+    return int(m.group(1)) if m else None
+
+
+def _explain_rounds(ctx: Context, job_id: str, app: str) -> list[Doc]:
+    rounds: dict[int, Doc] = {}
+    for d in ctx.state.decisions_of(job_id, app, EXPLAIN_ROUNDS):
+        r = rounds.setdefault(d["round_id"], {"round": d["round_id"], "time": d["time"],
+                                              "trigger": d["round_trigger"], "mode": d["round_mode"],
+                                              "app": None, "job": []})
+        if d["action"] == "app":
+            reason = d["reason"] or ""
+            r["app"] = {"rho_before": d["rho_before"], "rho_after": d["rho_after"], "reason": reason,
+                        "offered": not reason.startswith("not offered") and reason != "nothing waiting",
+                        "bid": reason.startswith("bid"), "rank": _num(_RANK, reason),
+                        "won_gpus": _num(_WON, reason) or 0, "kept_gpus": _num(_KEPT, reason),
+                        "leftover_gpus": _num(_LEFTOVER, reason) or 0,
+                        "hidden_payment": d["payment"], "gpus": d["gpus"]}
+        else:
+            r["job"].append({"action": d["action"], "reason": d["reason"], "gpus": d["gpus"],
+                             "nodes": d["nodes"], "lease_end": d["lease_expiry"]})
+    return [rounds[k] for k in sorted(rounds, reverse=True)]
+
+
+def _hm(t: float | None) -> str:
+    return "-" if t is None else time.strftime("%H:%M:%S", time.localtime(t))
+
+
+def _nodes_text(nodes: Mapping[str, int] | None) -> str:
+    return ",".join(f"{n}:{c}" for n, c in sorted((nodes or {}).items())) or "-"
+
+
+def _summary(job: Doc, app: Doc | None, rounds: list[Doc], now: float) -> str:
+    """One sentence: why the job runs or waits."""
+    intent, rank = job["intent"], (app or {}).get("rank")
+    rho = (app or {}).get("rho")
+    standing = f"its app {job['app']} has rho {rho:.2f}" if rho is not None else f"its app is {job['app']}"
+    if rank is not None:
+        standing += f" (rank {rank} of {(app or {}).get('ranked', '?')}, 1 = furthest behind)"
+    last_app = next((r for r in rounds if r["app"]), None)
+    grant = next((a for r in rounds for a in r["job"] if a["action"] in ("grant", "renewal")), None)
+    if intent == "running":
+        text = f"running on {_nodes_text(job['nodes'])}"
+        if job["lease_end"] is not None:
+            text += f" under a lease until {_hm(job['lease_end'])} ({max(0, job['lease_end'] - now):.0f} s left)"
+        if job.get("adopted"):
+            text += "; started outside Themis (adopted): its GPUs return to the auction when the lease ends"
+        elif grant:
+            text += f"; {grant['action']} in a round: {grant['reason']}"
+        return f"{text}; {standing}"
+    if intent in ("granted", "starting"):
+        return (f"granted {job['gpus']} GPU(s) on {_nodes_text(job['nodes'])}: Themis starts it as soon as "
+                f"those GPUs are free (a preempted job may still be checkpointing); {standing}")
+    if intent in ("warning", "warned", "requeueing"):
+        return (f"preempted: its lease ended and it lost the auction; it got SIGUSR1 to checkpoint and is "
+                f"requeued after the grace period; {standing}")
+    if intent == "gone":
+        return ("no longer active: it finished or was cancelled (its app's history below; `sacct -j "
+                f"{job['job']}` for Slurm's record)")
+    if intent == "new":
+        return "seen in Slurm but not yet recorded by themisd (it is picked up on the next cycle)"
+    if last_app is None:
+        return (f"waiting: no round has considered it yet (a round runs when GPUs are free while jobs wait, "
+                f"or a lease expires); {standing}")
+    reason = last_app["app"]["reason"]
+    return f"waiting: in round {last_app['round']} at {_hm(last_app['time'])} its app {reason}; {standing}"
+
+
+def _past_job(ctx: Context, job_id: str) -> Doc | None:
+    """A job that left Slurm and Themis's active set, rebuilt from the audit log (so it can be explained)."""
+    app = ctx.state.app_of_past_job(job_id)
+    if app is None:
+        return None
+    return {"job": job_id, "slurm_id": int(job_id.split("_")[0]), "app": app, "user": owner_of(app), "name": "",
+            "partition": "", "state": "GONE", "held": None, "intent": "gone", "gpus": None, "nodes": {},
+            "lease_start": None, "lease_end": None, "submit_time": None, "start_time": None, "restarts": None,
+            "progress": None, "estimate_source": "", "service_gpu_s": None, "adopted": False}
+
+
+def explain_view(ctx: Context, job_id: str, params: Mapping[str, str]) -> Doc:
+    """/v1/jobs/<id>/explain: why a job runs or waits, from its app's standing and its last rounds."""
+    _check_params(params, ())
+    if not re.fullmatch(r"\d+(_\d+)?", job_id):
+        raise BadRequest(f"job id {job_id!r} is not a Slurm job id (123 or 123_4 for an array task)")
+    job = next((j for j in merged_jobs(ctx) if j["job"] == job_id), None) or _past_job(ctx, job_id)
+    if job is None or not ctx.viewer.sees(job["user"]):
+        why = "" if ctx.viewer.scope == "all" else " (or not visible to you)"
+        raise NotFound(f"job {job_id} is not managed by Themis{why}: it may have finished, run in an "
+                       f"unmanaged partition, or not exist (see: squeue -j {job_id})")
+    apps = app_docs(ctx)
+    app = next((a for a in apps if a["app"] == job["app"]), None)
+    if app is not None:
+        app = {**app, "ranked": sum(1 for a in apps if a["rank"] is not None)}
+    rounds = _explain_rounds(ctx, job_id, job["app"])
+    last_grant = next((a for r in rounds for a in r["job"] if a["action"] == "grant"), None)
+    row = ctx.state.job(job_id) or {}
+    return {
+        "meta": ctx.meta(),
+        "job": job,
+        "app": app,
+        "summary": _summary(job, app, rounds, ctx.now),
+        "rounds": rounds,
+        "placement": {"planned": row.get("planned_nodes") or {},
+                      "granted": last_grant["nodes"] if last_grant else None,
+                      "current": job["nodes"] if job["state"] == "RUNNING" else None},
+        "lease": {"start": job["lease_start"], "end": job["lease_end"],
+                  "remaining_s": None if job["lease_end"] is None else max(0.0, job["lease_end"] - ctx.now)},
+        "events": [{"time": e["time"], "kind": e["kind"], "detail": e["detail"]}
+                   for e in ctx.state.events_of(job_id)],
+    }
+
+
+# ----------------------------------------------------------------------------------------- routing
+View = Callable[[Context, Mapping[str, str]], Doc]
+ROUTES = ("/v1/cluster", "/v1/apps", "/v1/jobs", "/v1/leases", "/v1/rounds", "/v1/jobs/<id>/explain",
+          "/v1/topology")
+
+
+def route(path: str) -> View | None:
+    """The view serving `path` (its parts are URL-decoded here), or None for an unknown path."""
+    parts = [unquote(p) for p in path.strip("/").split("/")]
+    if len(parts) == 2 and parts[0] == "v1":
+        return {"cluster": cluster_view, "apps": apps_view, "jobs": jobs_view, "leases": leases_view,
+                "rounds": rounds_view, "topology": topology_view}.get(parts[1])
+    if len(parts) == 4 and parts[:2] == ["v1", "jobs"] and parts[3] == "explain":
+        job_id = parts[2]
+        return lambda ctx, params: explain_view(ctx, job_id, params)
+    return None

@@ -1,0 +1,179 @@
+"""How the `themis` CLI reaches themisd's data: the HTTP API, or the state database on the controller.
+
+Where: ``--url``, else ``api.listen`` of the config file (``--config``, default /etc/themis/themis.yaml;
+missing is fine on a login node: the default address is used), else http://127.0.0.1:8787. Each request
+carries a fresh munge credential (``munge -n``; munged refuses replays, so one per request), so the API
+can apply PrivateData the Slurm way.
+
+When the API is not reachable and no ``--url`` was given, but the state database of the config is
+readable (we are on the controller), the same views are built in-process from the file opened read-only
+plus one Slurm snapshot, and every document says ``source: database`` and how old the data is. Otherwise
+the error names the address and what to check.
+
+The config file is read leniently (plain YAML, only the keys we need) on purpose: a client must keep
+working against a daemon config that has keys it does not know yet; ``themis config check`` is the strict
+validator.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import yaml
+
+from themis_slurm.api import views
+from themis_slurm.api.auth import AUTH_SCHEME, AuthError, encode_credential, local_identity
+from themis_slurm.api.cluster import CachedSnapshot
+from themis_slurm.api.db import StateReader, StateUnavailable, connect_ro
+from themis_slurm.api.estimates import finish_times
+from themis_slurm.api.server import DEFAULT_LISTEN
+from themis_slurm.api.slurmconf import read_slurm_conf
+
+DEFAULT_CONFIG = Path("/etc/themis/themis.yaml")
+DEFAULT_STATE_DIR = "/var/lib/themis"
+TIMEOUT_S = 10.0
+
+
+class CliError(RuntimeError):
+    """An error to print as ``themis: error: <message>`` with exit status 1."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where to find themisd's data, from the options and the config file."""
+
+    url: str
+    url_given: bool = False
+    db_path: Path = Path(DEFAULT_STATE_DIR) / "themis.db"
+    slurm_conf: str | None = None
+    partitions: tuple[str, ...] = ("gpu",)
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _url_of(listen: str) -> str:
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]")
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+def load_settings(config: Path | None, url: str | None) -> Settings:
+    """Settings from --config/--url. An explicit --config that cannot be read is an error; the default may be absent."""
+    path = config or Path(os.environ.get("THEMISD_CONFIG", DEFAULT_CONFIG))
+    data: Mapping[str, Any] = {}
+    notes: list[str] = []
+    try:
+        loaded = yaml.safe_load(path.read_text())
+        data = loaded if isinstance(loaded, Mapping) else {}
+    except FileNotFoundError:
+        if config is not None:
+            raise CliError(f"config file {path} does not exist (give the right --config, or --url)") from None
+    except (OSError, yaml.YAMLError) as e:
+        if config is not None:
+            raise CliError(f"cannot read config file {path}: {e}") from None
+        notes.append(f"ignored {path}: {e}")
+    api = data.get("api") if isinstance(data.get("api"), Mapping) else {}
+    slurm = data.get("slurm") if isinstance(data.get("slurm"), Mapping) else {}
+    listen = str(api.get("listen") or DEFAULT_LISTEN)  # type: ignore[union-attr]
+    state_dir = str(data.get("state_dir") or DEFAULT_STATE_DIR)
+    parts = slurm.get("partitions") or ["gpu"]  # type: ignore[union-attr]
+    return Settings(
+        url=(url or _url_of(listen)).rstrip("/"),
+        url_given=url is not None,
+        db_path=Path(state_dir) / "themis.db",
+        slurm_conf=str(slurm.get("slurm_conf") or "") or None,  # type: ignore[union-attr]
+        partitions=tuple([parts] if isinstance(parts, str) else parts),
+        notes=tuple(notes),
+    )
+
+
+def credential_header(slurm_conf: str | None) -> tuple[str | None, str]:
+    """(Authorization header value, "") or (None, why no credential could be made)."""
+    socket = read_slurm_conf(slurm_conf).munge_socket
+    try:
+        return f"{AUTH_SCHEME} {encode_credential(socket)}", ""
+    except AuthError as e:
+        return None, str(e)
+
+
+class Client:
+    """Fetches API documents (dicts) over HTTP, or builds them from the database on the controller."""
+
+    def __init__(self, settings: Settings, timeout: float = TIMEOUT_S) -> None:
+        self.s = settings
+        self.timeout = timeout
+        self.auth_note = ""
+
+    def get(self, path: str, params: Mapping[str, str | None] | None = None) -> dict[str, Any]:
+        query = {k: v for k, v in (params or {}).items() if v is not None}
+        try:
+            return self._http(path, query)
+        except _Unreachable as e:
+            if not self.s.url_given and self.s.db_path.exists():
+                return self._local(path, query, str(e))
+            raise CliError(f"themisd not reachable at {self.s.url}: {e}: is the service running? "
+                           "(systemctl status themisd)") from None
+
+    def _http(self, path: str, query: Mapping[str, str]) -> dict[str, Any]:
+        url = f"{self.s.url}{path}" + (f"?{urlencode(query)}" if query else "")
+        header, why = credential_header(self.s.slurm_conf)
+        self.auth_note = why
+        req = urllib.request.Request(url, headers={"Accept": "application/json", **(
+            {"Authorization": header} if header else {})})
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as res:
+                return json.loads(res.read())
+        except urllib.error.HTTPError as e:
+            raise CliError(_error_text(e)) from None
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
+            raise _Unreachable(str(getattr(e, "reason", e))) from None
+        except json.JSONDecodeError:
+            raise CliError(f"{url} did not answer with JSON: is {self.s.url} themisd's API?") from None
+
+    def _local(self, path: str, query: Mapping[str, str], why: str) -> dict[str, Any]:
+        """The views in-process over the database (read-only) and one Slurm snapshot."""
+        try:
+            db = connect_ro(self.s.db_path)
+        except StateUnavailable as e:
+            raise CliError(f"themisd not reachable at {self.s.url} ({why}) and {e}") from None
+        conf = read_slurm_conf(self.s.slurm_conf)
+        snap_source = CachedSnapshot(self.s.partitions, self.s.slurm_conf, ttl_s=0.0)
+        snap = snap_source()
+        viewer = views.make_viewer(local_identity((conf.slurm_user or "slurm",)), "", conf)
+        with StateReader(db, str(self.s.db_path)) as state:
+            ctx = views.Context(state, snap, viewer, conf, source="database", snapshot_error=snap_source.error,
+                                estimator=finish_times,
+                                warnings=[f"themisd not reachable at {self.s.url} ({why}): read "
+                                          f"{self.s.db_path} directly"])
+            view = views.route(path)
+            if view is None:
+                raise CliError(f"no such endpoint {path}")
+            try:
+                return view(ctx, dict(query))
+            except (views.BadRequest, views.NotFound, views.Unavailable, StateUnavailable) as e:
+                raise CliError(str(e)) from None
+
+
+class _Unreachable(Exception):
+    pass
+
+
+def _error_text(e: urllib.error.HTTPError) -> str:
+    try:
+        body = json.loads(e.read())
+        return str(body.get("error") or body)
+    except (ValueError, AttributeError):
+        return f"HTTP {e.code} {e.reason} from {e.url}"
+
+
+def explain_path(job_id: str) -> str:
+    return f"/v1/jobs/{quote(job_id, safe='')}/explain"

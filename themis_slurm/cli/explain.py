@@ -1,0 +1,87 @@
+"""``themis explain JOBID``: why a job runs or waits (its app's rho and rank, its last rounds, its lease)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from themis_slurm.cli.client import explain_path
+from themis_slurm.cli.common import (
+    NO_H_HELP,
+    connection_options,
+    fails_cleanly,
+    make_client,
+    print_json,
+    print_notes,
+)
+from themis_slurm.cli.output import Column, TableOptions, cell, clock, duration, nodes_text, render, rho_text
+
+
+def _app(r: dict[str, Any]) -> dict[str, Any]:
+    return r["app"] or {}
+
+
+ROUND_COLUMNS = (
+    Column("round", "ROUND", lambda r: r["round"], True),
+    Column("time", "TIME", lambda r: clock(r["time"]), True),
+    Column("rho_before", "RHO_BEFORE", lambda r: rho_text(_app(r).get("rho_before")), True),
+    Column("rho_after", "RHO_AFTER", lambda r: rho_text(_app(r).get("rho_after")), True),
+    Column("rank", "RANK", lambda r: _app(r).get("rank"), True),
+    Column("bid", "BID", lambda r: _app(r).get("bid") if r["app"] else None),
+    Column("won", "WON", lambda r: _app(r).get("won_gpus"), True),
+    Column("kept", "KEPT", lambda r: _app(r).get("kept_gpus"), True),
+    Column("leftover", "LEFTOVER", lambda r: _app(r).get("leftover_gpus"), True),
+    Column("payment", "PAYMENT", lambda r: None if _app(r).get("hidden_payment") is None
+           else f"{_app(r)['hidden_payment']:.3f}", True),
+    Column("job_action", "THIS_JOB", lambda r: "; ".join(
+        f"{a['action']}" + (f" {nodes_text(a['nodes'])}" if a["nodes"] else "") for a in r["job"]) or None),
+)
+
+
+def render_explain(doc: dict[str, Any], opts: TableOptions) -> str:
+    job, app, lease, place = doc["job"], doc["app"] or {}, doc["lease"], doc["placement"]
+    lines = [
+        f"Job {job['job']}  app {job['app']}  user {job['user']}  {cell(job['gpus'])} GPU(s)  "
+        f"Slurm {job['state']}  Themis {job['intent']}",
+        f"Why:       {doc['summary']}",
+    ]
+    if app:
+        lines.append(f"App:       rho {cell(app.get('rho'))}, rank {cell(app.get('rank'))} of {app.get('ranked', '-')}"
+                     f" (1 = furthest behind); {app['jobs_running']} running, {app['jobs_waiting']} waiting, "
+                     f"{app['gpus_held']} GPU(s) held, {app['preemptions']} preemption(s)")
+    if lease["end"] is not None:
+        lines.append(f"Lease:     {clock(lease['start'])} -> {clock(lease['end'])} "
+                     f"({duration(lease['remaining_s'])} left)")
+    lines.append(f"Placement: planned {nodes_text(place['planned']) or '-'}; granted "
+                 f"{nodes_text(place['granted']) or '-'}; now {nodes_text(place['current']) or '-'}")
+    if doc["rounds"]:
+        lines += ["", "Last rounds of its app (newest first):",
+                  render(doc["rounds"], ROUND_COLUMNS, [c.name for c in ROUND_COLUMNS], opts)]
+        last = next((r for r in doc["rounds"] if r["app"]), None)
+        if last:
+            lines.append(f"Round {last['round']} ({last['trigger']}): {last['app']['reason']}")
+    if doc["events"]:
+        lines += ["", "Recent corrections:"]
+        lines += [f"  {clock(e['time'])} {e['kind']}: {e['detail']}" for e in doc["events"]]
+    return "\n".join(lines)
+
+
+@click.command("explain", context_settings=NO_H_HELP)
+@click.argument("job_id", metavar="JOBID")
+@click.option("-h", "--noheader", is_flag=True, help="No header line on the rounds table.")
+@click.option("-P", "--parsable", is_flag=True, help="'|'-separated rounds table.")
+@click.option("--json", "as_json", is_flag=True, help="Print the API's JSON document.")
+@connection_options
+@fails_cleanly
+def explain(job_id: str, noheader: bool, parsable: bool, as_json: bool, config: Path | None,
+            url: str | None) -> None:
+    """Why job JOBID runs or waits: its app's rho and rank, the rounds it was in, bids, wins, payment, lease."""
+    client = make_client(config, url)
+    doc = client.get(explain_path(job_id.strip()))
+    if as_json:
+        print_json(doc)
+        return
+    click.echo(render_explain(doc, TableOptions(noheader=noheader, parsable=parsable)))
+    print_notes(doc, client)

@@ -1,0 +1,242 @@
+"""``themis simulate``: run policies over a trace or the paper's workload on a virtual cluster, compare them.
+
+Thin: parses and checks options (bad ones exit 2 naming the option and value), then calls
+themis_slurm.sim.runner and themis_slurm.sim.report. Without --trace the synthetic paper workload is used.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import click
+
+from themis_slurm.core.topology import Topology
+from themis_slurm.sim import report
+from themis_slurm.sim.engine import InvalidDecision, SimConfig, SimulationStalled
+from themis_slurm.sim.estimates import EstimateError
+from themis_slurm.sim.runner import PolicyKnobs, SweepRun, WorkloadSpec, registry, run_policies
+from themis_slurm.sim.trace import TraceError
+
+SWEEPABLE = ("fairness-knob", "lease", "contention", "sensitive-fraction")
+GROUP_BY = {"chronus": ("job", "user", "user+model"), "gavel": ("job", "job_type")}
+
+
+def _bad(option: str, msg: str) -> click.BadParameter:
+    return click.BadParameter(msg, param_hint=f"'{option}'")
+
+
+def _parse_policies(value: str | None) -> list[str]:
+    known = registry()
+    if value is None:
+        return list(known)
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    if not names:
+        raise _bad("--policies", "give at least one policy name")
+    for n in names:
+        if n not in known:
+            raise _bad("--policies", f"unknown policy {n!r}; known: {', '.join(known)}")
+    return names
+
+
+def _parse_sweep(value: str | None, is_paper: bool) -> tuple[str, list[float]] | None:
+    if value is None:
+        return None
+    name, sep, rest = value.partition("=")
+    name = name.strip()
+    if not sep or name not in SWEEPABLE:
+        raise _bad("--sweep", f"{value!r}: use NAME=v1,v2,... with NAME one of {', '.join(SWEEPABLE)}")
+    try:
+        values = [float(v) for v in rest.split(",") if v.strip()]
+    except ValueError:
+        raise _bad("--sweep", f"{value!r}: values must be numbers") from None
+    if not values:
+        raise _bad("--sweep", f"{value!r}: give at least one value")
+    if name == "contention" and not is_paper:
+        raise _bad("--sweep", "contention can only be swept for --workload paper")
+    return name, values
+
+
+class _Progress:
+    """A one-line progress bar on stderr: `policy [#####.....]  45%`."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.last: tuple[str, int] | None = None
+
+    def __call__(self, label: str, fraction: float) -> None:
+        if not self.enabled:
+            return
+        pct = int(fraction * 100)
+        if self.last == (label, pct):
+            return
+        if self.last is not None and self.last[0] != label:
+            click.echo("", err=True)
+        self.last = (label, pct)
+        bar = "#" * (pct // 5) + "." * (20 - pct // 5)
+        click.echo(f"\r{label:>12} [{bar}] {pct:3d}%", err=True, nl=False)
+
+    def close(self) -> None:
+        if self.enabled and self.last is not None:
+            click.echo("", err=True)
+            self.last = None
+
+
+@click.command("simulate")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), help="Trace file (needs --format).")
+@click.option("--format", "fmt", type=click.Choice(["hyperdrive", "chronus", "gavel"]), help="Trace format.")
+@click.option("--group-by", help="What makes an app: chronus job|user|user+model, gavel job|job_type.")
+@click.option("--time-unit", type=float, help="Seconds per time unit of a chronus trace (default 1).")
+@click.option("--skip-bad", is_flag=True, help="Skip invalid trace rows (and say how many) instead of failing.")
+@click.option("--app-interval", type=float, help="hyperdrive: space app arrivals this many seconds apart.")
+@click.option("--workload", type=click.Choice(["paper"]), help="Synthetic workload (the default without --trace).")
+@click.option("--contention", type=float, default=1.0, show_default=True, help="Paper workload load multiplier.")
+@click.option("--sensitive-fraction", type=click.FloatRange(0, 1), help="Fraction of placement-sensitive apps.")
+@click.option("--apps", type=click.IntRange(min=1), help="Apps of the paper workload at contention 1 (default 84).")
+@click.option("--racks", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--nodes-per-rack", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--gpus-per-node", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--islands-per-node", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--policies", help="Comma-separated policy names (default: all registered).")
+@click.option("--lease", type=float, default=600.0, show_default=True, help="Lease length, seconds.")
+@click.option("--fairness-knob", type=float, default=0.8, show_default=True, help="Themis f in [0, 1).")
+@click.option("--restart-cost", type=float, default=30.0, show_default=True, help="Seconds lost per restart.")
+@click.option("--estimate-error", default="none", show_default=True, help="none | uniform:A:B | lognormal:SIGMA")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--sweep", help="NAME=v1,v2,... with NAME in fairness-knob, lease, contention, sensitive-fraction.")
+@click.option("--round-interval", type=float, default=0.0, show_default=True,
+              help="Call policies at most every this many seconds (0: at every event).")
+@click.option("--elastic", is_flag=True, help="Make every job elastic (1..gpus GPUs).")
+@click.option("--node-shaped", is_flag=True, help="Jobs wider than a node ask for whole nodes.")
+@click.option("--max-jobs", type=click.IntRange(min=1), help="Only the first N jobs (quick runs).")
+@click.option("--out", type=click.Path(file_okay=False), help="Write CSV, JSON and PNG plots here.")
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON summary instead of a table.")
+@click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: when a TTY).")
+def simulate(**o: Any) -> None:
+    """Simulate scheduling policies and report finish-time fairness and efficiency."""
+    spec, topo, knobs, cfg, names, sweep = _options(o)
+    bar = _Progress(o["progress"] if o["progress"] is not None else sys.stderr.isatty())
+    try:
+        if sweep is None:
+            metrics = _run(spec, topo, names, knobs, cfg, bar)
+            if o["out"]:
+                report.write_run(Path(o["out"]), metrics, _meta(o))
+            click.echo(json.dumps(report.summary_dict(metrics), indent=2) if o["as_json"] else report.format_table(metrics))
+            return
+        param, values = sweep
+        runs = []
+        for v in values:
+            s2, k2 = _apply(param, v, spec, knobs)
+            runs.append(SweepRun(v, _run(s2, topo, names, k2, cfg, bar)))
+        if o["out"]:
+            report.write_sweep(Path(o["out"]), param, runs, _meta(o))
+        click.echo(json.dumps(report.sweep_dict(param, runs), indent=2) if o["as_json"] else report.format_sweep(param, runs))
+    except (InvalidDecision, SimulationStalled) as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        bar.close()
+
+
+def _run(spec: WorkloadSpec, topo: Topology, names: list[str], knobs: PolicyKnobs, cfg: SimConfig,
+         bar: Callable[[str, float], None]) -> dict:  # fmt: skip
+    try:
+        trace = spec.load(topo.size)
+    except TraceError as exc:
+        raise _bad("--trace", str(exc)) from None
+    except (ValueError, OSError) as exc:
+        raise click.UsageError(f"cannot build the workload: {exc}") from None
+    try:
+        return run_policies(trace, topo, names, knobs, cfg, bar)
+    except ValueError as exc:
+        if isinstance(exc, InvalidDecision):
+            raise
+        raise click.UsageError(str(exc)) from None
+
+
+def _apply(param: str, value: float, spec: WorkloadSpec, knobs: PolicyKnobs) -> tuple[WorkloadSpec, PolicyKnobs]:
+    if param == "fairness-knob":
+        if not 0 <= value < 1:
+            raise _bad("--sweep", f"fairness-knob value {value:g} is not in [0, 1)")
+        return spec, replace(knobs, fairness_knob=value)
+    if param == "lease":
+        if not value > 0:
+            raise _bad("--sweep", f"lease value {value:g} is not > 0")
+        return spec, replace(knobs, lease_s=value)
+    if param == "contention":
+        if not value > 0:
+            raise _bad("--sweep", f"contention value {value:g} is not > 0")
+        return replace(spec, contention=value), knobs
+    if not 0 <= value <= 1:
+        raise _bad("--sweep", f"sensitive-fraction value {value:g} is not in [0, 1]")
+    return replace(spec, sensitive_fraction=value), knobs
+
+
+def _options(o: dict[str, Any]):
+    path, fmt = o["trace_path"], o["fmt"]
+    if path is not None and o["workload"] is not None:
+        raise click.UsageError("give either --trace or --workload, not both")
+    if path is None:
+        for opt, key in (("--format", "fmt"), ("--group-by", "group_by"), ("--time-unit", "time_unit"),
+                         ("--app-interval", "app_interval")):  # fmt: skip
+            if o[key] is not None:
+                raise _bad(opt, f"{o[key]!r} only applies with --trace")
+        if o["skip_bad"]:
+            raise _bad("--skip-bad", "only applies with --trace")
+        if not o["contention"] > 0:
+            raise _bad("--contention", f"{o['contention']:g} is not > 0")
+        spec = WorkloadSpec("paper", contention=o["contention"], sensitive_fraction=o["sensitive_fraction"],
+                            apps=o["apps"], seed=o["seed"], max_jobs=o["max_jobs"])  # fmt: skip
+    else:
+        if fmt is None:
+            raise _bad("--format", "is required with --trace (hyperdrive, chronus or gavel)")
+        if not Path(path).is_file():
+            raise _bad("--trace", f"{path!r}: no such file")
+        if o["contention"] != 1.0 or o["apps"] is not None:
+            raise _bad("--contention" if o["contention"] != 1.0 else "--apps", "only applies with --workload paper")
+        opts: dict[str, Any] = {"skip_bad": o["skip_bad"]}
+        if o["group_by"] is not None:
+            if fmt not in GROUP_BY or o["group_by"] not in GROUP_BY[fmt]:
+                allowed = ", ".join(GROUP_BY.get(fmt, ())) or "none for this format"
+                raise _bad("--group-by", f"{o['group_by']!r} for --format {fmt}; allowed: {allowed}")
+            opts["group_by"] = o["group_by"]
+        if o["time_unit"] is not None:
+            if fmt != "chronus" or not o["time_unit"] > 0:
+                raise _bad("--time-unit", f"{o['time_unit']:g}: must be > 0 and only applies to --format chronus")
+            opts["time_unit_s"] = o["time_unit"]
+        if o["app_interval"] is not None:
+            if fmt != "hyperdrive" or not o["app_interval"] >= 0:
+                raise _bad("--app-interval", f"{o['app_interval']:g}: must be >= 0 and only applies to hyperdrive")
+            opts["app_interval_s"] = o["app_interval"]
+        spec = WorkloadSpec("trace", path=path, fmt=fmt, loader_options=opts,
+                            sensitive_fraction=o["sensitive_fraction"], seed=o["seed"], max_jobs=o["max_jobs"])  # fmt: skip
+    try:
+        topo = Topology.uniform(o["racks"], o["nodes_per_rack"], o["gpus_per_node"], o["islands_per_node"])
+    except ValueError as exc:
+        raise _bad("--islands-per-node", str(exc)) from None
+    if not 0 <= o["fairness_knob"] < 1:
+        raise _bad("--fairness-knob", f"{o['fairness_knob']:g} is not in [0, 1)")
+    if not o["lease"] > 0:
+        raise _bad("--lease", f"{o['lease']:g} is not > 0 seconds")
+    if not o["restart_cost"] >= 0:
+        raise _bad("--restart-cost", f"{o['restart_cost']:g} is not >= 0 seconds")
+    if not o["round_interval"] >= 0:
+        raise _bad("--round-interval", f"{o['round_interval']:g} is not >= 0 seconds")
+    try:
+        err = EstimateError.parse(o["estimate_error"])
+    except ValueError as exc:
+        raise _bad("--estimate-error", str(exc)) from None
+    knobs = PolicyKnobs(o["fairness_knob"], o["lease"], o["seed"])
+    cfg = SimConfig(restart_cost_s=o["restart_cost"], estimate_error=err, seed=o["seed"], elastic=o["elastic"],
+                    node_shaped=o["node_shaped"], round_interval_s=o["round_interval"])  # fmt: skip
+    names = _parse_policies(o["policies"])
+    sweep = _parse_sweep(o["sweep"], spec.kind == "paper")
+    return spec, topo, knobs, cfg, names, sweep
+
+
+def _meta(o: dict[str, Any]) -> dict[str, Any]:
+    """The options of the run, recorded next to its results."""
+    return {k: v for k, v in o.items() if k not in ("as_json", "progress", "out")}

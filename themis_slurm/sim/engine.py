@@ -1,0 +1,593 @@
+"""Discrete-event simulator: drives one Policy over a trace on a virtual cluster.
+
+The policy is the same object the daemon would call (for Themis, :func:`themis_slurm.core.arbiter.run_round`
+unchanged); the simulator plays Slurm and the jobs. Events are job arrivals (an app arrives with its first
+job), completions, lease expiries (a grant's ``lease_expiry``; ``inf`` means none) and the policy's own
+wake-ups (:meth:`Policy.next_wakeup`). Events closer than ``SimConfig.coalesce_s`` are one instant, and one
+instant is at most one policy call, with the reasons that caused it.
+
+Model (choices and why):
+
+* **Work** of a trace job is ``duration_s x gpus`` ideal GPU-seconds (the trace's run time is on its own GPUs
+  at ideal placement). A running job progresses at ``|G| x factor(level(G))`` (core placement model).
+* **Estimates**: policies see ``Job.work`` = true work x an :class:`EstimateError` factor and ``Job.done``;
+  completion uses true work. A job that outlives its estimate gets it bumped (:func:`estimates.bumped`).
+* **Preemption** keeps progress (the job checkpoints on SIGUSR1, as the daemon asks Slurm jobs to) and the
+  job pays ``restart_cost_s`` of no progress when it next starts (also on a migration), while holding its
+  GPUs: restart cost is GPU time used, as on a real cluster.
+* **Leases**: a renewal extends the lease in place at no cost. An expired lease that the policy neither renews
+  nor preempts keeps running (and shows as expired at later calls): the caller never kills a job on its own.
+* **Calls**: the policy is called at an instant when a lease expired, its wake-up fell due, or jobs wait. A
+  policy that declares ``grants_only_free_or_expired = True`` (Themis does by construction: it only hands out
+  free GPUs and GPUs of expired leases) is not called while no GPU is free and no lease expired, since the
+  call could not change anything. This keeps Themis's per-event cost down on a full cluster.
+* **Contention** N at an instant is the number of apps with present (arrived, unfinished) jobs; an app's
+  contention is the time-average of max(1, N) over its life so far, which is what
+  :class:`~themis_slurm.core.fairness.ContentionClock` computes; a single cluster-wide clock is kept and each
+  app remembers its integral at arrival, so the cost per event does not grow with the number of apps.
+* The state passed to the policy holds only apps with present jobs and only their present jobs; an app's
+  ``finished_work`` is the true work of its completed jobs and ``peak_gpus`` its peak concurrent demand.
+
+Every decision is validated (:mod:`themis_slurm.sim.validate`) before it is applied; a bad one raises
+:class:`InvalidDecision` and nothing of it is applied. Deterministic for a seed: no wall clock, no hash order.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from themis_slurm.core.arbiter import ClusterState
+from themis_slurm.core.decision import Decision
+from themis_slurm.core.placement import DEFAULT_PROFILE, get_profile
+from themis_slurm.core.topology import Topology
+from themis_slurm.core.workload import App, Job, Lease
+from themis_slurm.policies.base import Policy, PolicyContext, ThemisPolicy
+from themis_slurm.sim.estimates import EstimateError, bumped
+from themis_slurm.sim.trace import Trace, TraceJob
+from themis_slurm.sim.validate import Holding, InvalidDecision, check_decision
+
+__all__ = [
+    "AppResult",
+    "InvalidDecision",
+    "JobResult",
+    "SimConfig",
+    "SimResult",
+    "SimulationStalled",
+    "Simulator",
+    "simulate",
+]
+
+_COMPLETE, _LEASE, _WAKE, _TICK = 0, 1, 2, 3
+_FUTURE, _WAITING, _RUNNING, _DONE = 0, 1, 2, 3
+_STALL_CALLS = 1000  # consecutive do-nothing wake-ups with nothing running before we call it a stall
+
+
+class SimulationStalled(RuntimeError):
+    """Jobs wait but nothing can happen any more (the policy never grants them and asks for no wake-up)."""
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Knobs of the simulated world (not of the policy).
+
+    restart_cost_s: seconds of no progress (GPUs held) a preempted job pays when it starts again.
+    estimate_error: how wrong the work estimates policies see are.
+    seed: for the estimate errors (policies get their own seeds).
+    default_profile: placement profile of jobs whose model has none.
+    elastic: make every job elastic (it may run on 1..gpus GPUs).
+    node_shaped: a job wider than a node asks Slurm-style for whole nodes (``nodes x gpus_per_node``).
+    validate: check every decision (leave on; off only for benchmarking a trusted policy).
+    record_allocations: keep every (job, GPUs, start, end) interval in the result, for invariant checks.
+    coalesce_s: events closer than this are one instant (one policy call).
+    round_interval_s: 0 (default) calls the policy at every event instant. When > 0, events are batched and
+        the policy is called at most once per interval, at multiples of it (like Slurm's sched_min_interval or
+        the Themis YARN prototype's periodic rounds): completions free GPUs at once but they are handed out
+        at the next tick. An approximation that trades fidelity for speed on very large traces.
+    """
+
+    restart_cost_s: float = 30.0
+    estimate_error: EstimateError = field(default_factory=EstimateError)
+    seed: int = 0
+    default_profile: str = DEFAULT_PROFILE
+    elastic: bool = False
+    node_shaped: bool = False
+    validate: bool = True
+    record_allocations: bool = False
+    coalesce_s: float = 1e-6
+    round_interval_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (self.round_interval_s >= 0 and math.isfinite(self.round_interval_s)):
+            raise ValueError(f"round_interval_s must be >= 0 seconds, got {self.round_interval_s}")
+        if not (self.restart_cost_s >= 0 and math.isfinite(self.restart_cost_s)):
+            raise ValueError(f"restart_cost_s must be >= 0 seconds, got {self.restart_cost_s}")
+        if not self.coalesce_s >= 0:
+            raise ValueError(f"coalesce_s must be >= 0, got {self.coalesce_s}")
+        get_profile(self.default_profile)
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    """One job's record: times in seconds, work in ideal GPU-seconds, gpu_seconds = GPU time held."""
+
+    job_id: str
+    app_id: str
+    gpus: int
+    profile: str
+    arrival: float
+    first_start: float
+    finish: float
+    true_work: float
+    estimate: float  # the estimate policies were first given (before any bump)
+    gpu_seconds: float
+    starts: int
+    preemptions: int
+
+    @property
+    def jct(self) -> float:
+        return self.finish - self.arrival
+
+
+@dataclass(frozen=True, slots=True)
+class AppResult:
+    """One app's record. `contention` is the time-averaged N over [arrival, finish]."""
+
+    app_id: str
+    owner: str
+    arrival: float
+    finish: float
+    contention: float
+    peak_gpus: int
+    true_work: float
+    n_jobs: int
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """Everything metrics need, computed the same way for every policy (see sim/metrics.py)."""
+
+    policy: str
+    topology: Topology
+    config: SimConfig
+    jobs: tuple[JobResult, ...]
+    apps: tuple[AppResult, ...]
+    util_times: tuple[float, ...]  # busy GPU count changes to util_busy[i] at util_times[i]
+    util_busy: tuple[int, ...]
+    preemptions: int
+    events: int  # event instants processed
+    policy_calls: int
+    wall_s: float
+    allocations: tuple[tuple[str, frozenset[int], float, float], ...] = ()
+
+
+class _J:
+    """Mutable per-job bookkeeping (private; the policy only ever sees immutable Job snapshots)."""
+
+    __slots__ = (
+        "tj", "id", "app", "gpus", "true_work", "est", "est0", "profile", "factors", "gpn", "nodes", "elastic",
+        "state", "done", "service", "t_base", "progress_from", "rate", "held", "lease", "version",
+        "lease_token", "needs_restart", "first_start", "finish", "starts", "preemptions", "snap", "holding",
+    )  # fmt: skip
+
+    def __init__(self, tj: TraceJob, est: float, profile: str, gpn: int | None, nodes: int | None, elastic: bool):
+        self.tj = tj
+        self.id = tj.job_id
+        self.app = tj.app_id
+        self.gpus = tj.gpus
+        self.true_work = tj.duration_s * tj.gpus
+        self.est = self.est0 = est
+        self.profile = profile
+        self.factors = get_profile(profile).factors
+        self.gpn, self.nodes, self.elastic = gpn, nodes, elastic
+        self.state = _FUTURE
+        self.done = self.service = self.t_base = self.progress_from = self.rate = 0.0
+        self.held: frozenset[int] = frozenset()
+        self.lease: Lease | None = None
+        self.holding: Holding | None = None
+        self.version = self.lease_token = 0
+        self.needs_restart = False
+        self.first_start = math.nan
+        self.finish = math.nan
+        self.starts = self.preemptions = 0
+        self.snap: Job | None = None  # cached snapshot while waiting (nothing about it changes)
+
+
+class _A:
+    """Mutable per-app bookkeeping."""
+
+    __slots__ = ("id", "owner", "arrival", "cint0", "total", "completed", "present", "demand", "peak",
+                 "finished_work", "finish", "contention")  # fmt: skip
+
+    def __init__(self, app_id: str, owner: str, arrival: float, cint0: float, total: int) -> None:
+        self.id, self.owner, self.arrival, self.cint0, self.total = app_id, owner, arrival, cint0, total
+        self.completed = 0
+        self.present: dict[str, _J] = {}
+        self.demand = self.peak = 0
+        self.finished_work = 0.0
+        self.finish = math.nan
+        self.contention = 1.0
+
+
+Observer = Callable[["Simulator", Decision], None]
+
+
+class Simulator:
+    """One run of one policy over one trace. Call :meth:`run` once.
+
+    `observer`, when given, is called after each applied decision with the simulator (tests use it to check
+    invariants through :meth:`free_gpus` and :meth:`waiting_jobs`). `progress` receives the fraction of jobs
+    finished, about every 1%.
+    """
+
+    def __init__(
+        self,
+        trace: Trace | Sequence[TraceJob],
+        topology: Topology,
+        policy: Policy,
+        config: SimConfig | None = None,
+        observer: Observer | None = None,
+        progress: Callable[[float], None] | None = None,
+    ) -> None:
+        self.cfg = config or SimConfig()
+        self.topo = topology
+        self.policy = policy
+        self.policy_name = getattr(policy, "name", type(policy).__name__)
+        self.observer = observer
+        self.progress = progress
+        self._passive = bool(getattr(policy, "grants_only_free_or_expired", isinstance(policy, ThemisPolicy)))
+        tjobs = tuple(trace.jobs if isinstance(trace, Trace) else sorted(trace, key=lambda j: j.arrival_s))
+        factors = self.cfg.estimate_error.factors(len(tjobs), self.cfg.seed)
+        per_node = max(len(v) for v in topology.node_gpus.values())
+        self._arrivals: list[_J] = []
+        self._jobs: dict[str, _J] = {}
+        counts: dict[str, int] = {}
+        for tj, f in zip(tjobs, factors, strict=True):
+            self._arrivals.append(self._make_job(tj, float(f), per_node))
+            counts[tj.app_id] = counts.get(tj.app_id, 0) + 1
+        self._app_total = counts
+        self._apps: dict[str, _A] = {}
+        self._active: dict[str, _A] = {}  # apps with present jobs, in order of (re)activation
+        self._running: dict[str, _J] = {}
+        self._holdings: dict[str, Holding] = {}
+        self._waiting: dict[str, _J] = {}
+        self._free: set[int] = set(range(topology.size))
+        self._heap: list[tuple[float, int, int, str, int]] = []
+        self._seq = 0
+        self._wake_token = 0
+        self._now = 0.0
+        self._cint = 0.0  # integral of max(1, N) dt since time 0
+        self._busy_times: list[float] = []
+        self._busy_vals: list[int] = []
+        self._allocs: list[tuple[str, frozenset[int], float, float]] = []
+        self._preemptions = 0
+        self._done_jobs = 0
+        self._events = 0
+        self._calls = 0
+
+    # ----------------------------------------------------------------- setup
+    def _make_job(self, tj: TraceJob, factor: float, per_node: int) -> _J:
+        if tj.job_id in self._jobs:
+            raise ValueError(f"duplicate job id {tj.job_id!r}")
+        elastic = self.cfg.elastic
+        gpn = nodes = None
+        if self.cfg.node_shaped and tj.gpus > per_node and not elastic:
+            if tj.gpus % per_node:
+                raise ValueError(f"job {tj.job_id}: {tj.gpus} GPUs is not a whole number of {per_node}-GPU nodes")
+            gpn, nodes = per_node, tj.gpus // per_node
+        if tj.gpus > self.topo.size and not elastic:
+            raise ValueError(f"job {tj.job_id} gangs {tj.gpus} GPUs but the cluster has {self.topo.size}")
+        if nodes is not None and nodes > len(self.topo.node_gpus):
+            raise ValueError(f"job {tj.job_id} needs {nodes} whole nodes but the cluster has {len(self.topo.node_gpus)}")
+        profile = tj.model or self.cfg.default_profile
+        j = _J(tj, tj.duration_s * tj.gpus * factor, profile, gpn, nodes, elastic)
+        self._jobs[j.id] = j
+        return j
+
+    # ----------------------------------------------------------------- public views (for observers)
+    @property
+    def now(self) -> float:
+        return self._now
+
+    def free_gpus(self) -> frozenset[int]:
+        return frozenset(self._free)
+
+    def waiting_jobs(self) -> list[Job]:
+        return [self._snapshot(j, self._now) for j in self._waiting.values()]
+
+    def running(self) -> dict[str, frozenset[int]]:
+        return {jid: j.held for jid, j in self._running.items()}
+
+    # ----------------------------------------------------------------- the loop
+    def run(self) -> SimResult:
+        t0 = time.perf_counter()
+        arrivals, heap, eps = self._arrivals, self._heap, self.cfg.coalesce_s
+        n_jobs, i, idle_calls = len(arrivals), 0, 0
+        tick, pending, tick_due = self.cfg.round_interval_s, set[str](), math.inf
+        step = max(1, n_jobs // 100)
+        next_report = step
+        while self._done_jobs < n_jobs:
+            t_arr = arrivals[i].tj.arrival_s if i < n_jobs else math.inf
+            t_evt = heap[0][0] if heap else math.inf
+            t = min(t_arr, t_evt)
+            if t == math.inf:
+                self._stalled("no event is left")
+            self._advance(t)
+            horizon = t + eps
+            reasons: set[str] = set()
+            real_event = False
+            while heap and heap[0][0] <= horizon:
+                _, _, kind, jid, token = heapq.heappop(heap)
+                if kind == _WAKE:
+                    if token == self._wake_token:
+                        reasons.add("wakeup")
+                    continue
+                if kind == _TICK:
+                    reasons |= pending
+                    pending, tick_due = set(), math.inf
+                    continue
+                j = self._jobs[jid]
+                if j.state != _RUNNING:
+                    continue
+                if kind == _COMPLETE and token == j.version:
+                    self._complete(j, t)
+                    reasons.add("completion")
+                    real_event = True
+                elif kind == _LEASE and token == j.lease_token:
+                    if j.lease is not None and j.lease.expiry > t:  # coalesced a hair early: expired now
+                        j.lease = Lease(j.id, j.held, j.lease.start, t)
+                    reasons.add("lease")
+                    real_event = True
+            while i < n_jobs and arrivals[i].tj.arrival_s <= horizon:
+                self._arrive(arrivals[i], t)
+                i += 1
+                reasons.add("arrival")
+                real_event = True
+            if not reasons:
+                continue
+            self._events += 1
+            if tick > 0:  # batch to the next multiple of the interval
+                due = math.ceil(t / tick - 1e-9) * tick  # the next multiple of the interval (t itself if on one)
+                if due > horizon:
+                    pending |= reasons
+                    if due < tick_due:
+                        tick_due = due
+                        self._push(due, _TICK, "", 0)
+                    self._note_busy(t)
+                    continue
+                reasons |= pending
+                pending = set()
+            if self._should_call(reasons):
+                decision = self._call(t, reasons)
+                if not real_event and not self._running and i >= n_jobs and decision.empty:
+                    idle_calls += 1
+                    if idle_calls >= _STALL_CALLS:
+                        self._stalled(f"{_STALL_CALLS} wake-ups in a row changed nothing")
+                else:
+                    idle_calls = 0
+            self._note_busy(t)
+            if self.progress is not None and self._done_jobs >= next_report:
+                self.progress(self._done_jobs / n_jobs)
+                next_report = self._done_jobs + step
+        return self._result(time.perf_counter() - t0)
+
+    def _stalled(self, why: str) -> None:
+        where = f"policy {self.policy_name!r} at t={self._now:g}: {why}"
+        if self._waiting:
+            ids = ", ".join(list(self._waiting)[:5])
+            raise SimulationStalled(f"{where}, but {len(self._waiting)} job(s) wait (first: {ids}); "
+                                    "the policy never grants them")  # fmt: skip
+        raise SimulationStalled(f"{where} before every job finished")
+
+    def _should_call(self, reasons: set[str]) -> bool:
+        if "lease" in reasons or "wakeup" in reasons:
+            return True
+        if not self._waiting:
+            return False
+        return bool(self._free) or not self._passive
+
+    def _advance(self, t: float) -> None:
+        """Move the clock to t, integrating the contention of the interval just ended."""
+        if t > self._now:
+            self._cint += (t - self._now) * max(1, len(self._active))
+            self._now = t
+
+    # ----------------------------------------------------------------- job transitions
+    def _arrive(self, j: _J, t: float) -> None:
+        a = self._apps.get(j.app)
+        if a is None:
+            a = self._apps[j.app] = _A(j.app, j.tj.user, t, self._cint, self._app_total[j.app])
+        if not a.present:
+            self._active[a.id] = a
+        a.present[j.id] = j
+        a.demand += j.gpus
+        a.peak = max(a.peak, a.demand)
+        j.state = _WAITING
+        self._waiting[j.id] = j
+
+    def _settle(self, j: _J, t: float) -> None:
+        """Bring a running job's done/service up to t."""
+        if t > j.t_base:
+            start = max(j.t_base, j.progress_from)
+            if t > start:
+                j.done = min(j.true_work, j.done + j.rate * (t - start))
+            j.service += len(j.held) * (t - j.t_base)
+            j.t_base = t
+
+    def _release(self, j: _J, t: float) -> None:
+        self._settle(j, t)
+        if self.cfg.record_allocations:
+            self._allocs.append((j.id, j.held, j.lease.start if j.lease else t, t))
+        self._free |= j.held
+        del self._running[j.id]
+        del self._holdings[j.id]
+        j.held = frozenset()
+        j.lease = None
+        j.holding = None
+        j.version += 1
+        j.lease_token += 1
+
+    def _complete(self, j: _J, t: float) -> None:
+        self._release(j, t)
+        j.done = j.true_work
+        j.state = _DONE
+        j.finish = t
+        self._done_jobs += 1
+        a = self._apps[j.app]
+        del a.present[j.id]
+        a.demand -= j.gpus
+        a.completed += 1
+        a.finished_work += j.true_work
+        if not a.present:
+            del self._active[a.id]
+        if a.completed == a.total:
+            a.finish = t
+            a.contention = (self._cint - a.cint0) / (t - a.arrival) if t > a.arrival else 1.0
+
+    def _preempt(self, j: _J, t: float) -> None:
+        self._release(j, t)
+        j.state = _WAITING
+        j.needs_restart = True
+        j.preemptions += 1
+        j.snap = None
+        self._waiting[j.id] = j
+        self._preemptions += 1
+
+    def _start(self, j: _J, gpus: frozenset[int], expiry: float, t: float) -> None:
+        del self._waiting[j.id]
+        j.snap = None
+        j.state = _RUNNING
+        j.held = gpus
+        self._free -= gpus
+        self._running[j.id] = j
+        j.holding = self._holdings[j.id] = Holding(j.app, gpus, True)
+        j.rate = len(gpus) * j.factors[self.topo.level_of(gpus)]
+        j.t_base = t
+        j.progress_from = t + (self.cfg.restart_cost_s if j.needs_restart else 0.0)
+        j.starts += 1
+        if j.starts == 1:
+            j.first_start = t
+        j.version += 1
+        self._push(j.progress_from + (j.true_work - j.done) / j.rate, _COMPLETE, j.id, j.version)
+        j.lease = Lease(j.id, gpus, t, expiry)
+        self._push_lease(j, expiry)
+
+    def _push_lease(self, j: _J, expiry: float) -> None:
+        j.lease_token += 1
+        if expiry != math.inf:
+            self._push(expiry, _LEASE, j.id, j.lease_token)
+
+    def _push(self, t: float, kind: int, jid: str, token: int) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, self._seq, kind, jid, token))
+
+    # ----------------------------------------------------------------- policy calls
+    def _snapshot(self, j: _J, t: float) -> Job:
+        if j.state == _RUNNING:
+            start = max(j.t_base, j.progress_from)
+            done = min(j.true_work, j.done + j.rate * (t - start)) if t > start else j.done
+            service = j.service + len(j.held) * (t - j.t_base)
+        else:
+            if j.snap is not None:
+                return j.snap
+            done, service = j.done, j.service
+        j.est = bumped(j.est, done)
+        snap = Job(j.id, j.app, j.gpus, j.est, done, j.profile, j.gpn, j.nodes, j.elastic, True, j.tj.arrival_s, service)
+        if j.state == _WAITING:
+            j.snap = snap
+        return snap
+
+    def _state(self, t: float) -> tuple[ClusterState, dict[str, Job]]:
+        """The policy's view. The hot loop of the simulator: waiting jobs reuse their cached snapshot."""
+        jobs: dict[str, Job] = {}
+        apps: list[App] = []
+        n_now = max(1, len(self._active))
+        snapshot = self._snapshot
+        for a in self._active.values():
+            snaps = []
+            for j in a.present.values():
+                s = j.snap if j.state == _WAITING else None
+                if s is None:
+                    s = snapshot(j, t)
+                snaps.append(s)
+                jobs[j.id] = s
+            contention = (self._cint - a.cint0) / (t - a.arrival) if t > a.arrival else n_now
+            apps.append(App(a.id, a.owner, a.arrival, tuple(snaps), contention, a.finished_work, a.peak))
+        leases = tuple(j.lease for j in self._running.values() if j.lease is not None)
+        state = ClusterState(self.topo, t, frozenset(self._free), leases, tuple(apps), self.topo.size)
+        return state, jobs
+
+    def _call(self, t: float, reasons: set[str]) -> Decision:
+        state, jobs = self._state(t)
+        self._calls += 1
+        decision = self.policy.schedule(PolicyContext(state, frozenset(reasons)))
+        if self.cfg.validate:
+            check_decision(self.policy_name, decision, t, self.topo, state.free, self._holdings, jobs)
+        for p in decision.preemptions:
+            self._preempt(self._jobs[p.job_id], t)
+        for r in decision.renewals:
+            j = self._jobs[r.job_id]
+            assert j.lease is not None
+            j.lease = Lease(j.id, j.held, j.lease.start, r.lease_expiry)
+            self._push_lease(j, r.lease_expiry)
+        for g in decision.grants:
+            self._start(self._jobs[g.job_id], frozenset(g.gpus), g.lease_expiry, t)
+        wake = self.policy.next_wakeup(t)
+        if wake is not None and wake > t and wake != math.inf:
+            self._wake_token += 1
+            self._push(wake, _WAKE, "", self._wake_token)
+        if self.observer is not None:
+            self.observer(self, decision)
+        return decision
+
+    def _note_busy(self, t: float) -> None:
+        busy = self.topo.size - len(self._free)
+        if not self._busy_vals or self._busy_vals[-1] != busy:
+            if self._busy_times and self._busy_times[-1] == t:
+                self._busy_vals[-1] = busy
+            else:
+                self._busy_times.append(t)
+                self._busy_vals.append(busy)
+
+    # ----------------------------------------------------------------- result
+    def _result(self, wall: float) -> SimResult:
+        jobs = tuple(
+            JobResult(j.id, j.app, j.gpus, j.profile, j.tj.arrival_s, j.first_start, j.finish, j.true_work,
+                      j.est0, j.service, j.starts, j.preemptions)  # fmt: skip
+            for j in self._arrivals
+        )
+        work: dict[str, float] = {}
+        for j in self._arrivals:
+            work[j.app] = work.get(j.app, 0.0) + j.true_work
+        apps = tuple(
+            AppResult(a.id, a.owner, a.arrival, a.finish, max(1.0, a.contention), a.peak, work[a.id], a.total)
+            for a in self._apps.values()
+        )
+        return SimResult(
+            policy=self.policy_name,
+            topology=self.topo,
+            config=self.cfg,
+            jobs=jobs,
+            apps=apps,
+            util_times=tuple(self._busy_times),
+            util_busy=tuple(self._busy_vals),
+            preemptions=self._preemptions,
+            events=self._events,
+            policy_calls=self._calls,
+            wall_s=wall,
+            allocations=tuple(self._allocs),
+        )
+
+
+def simulate(
+    trace: Trace | Sequence[TraceJob],
+    topology: Topology,
+    policy: Policy,
+    config: SimConfig | None = None,
+    progress: Callable[[float], None] | None = None,
+) -> SimResult:
+    """Run `policy` over `trace` on `topology` (see :class:`Simulator`)."""
+    return Simulator(trace, topology, policy, config, progress=progress).run()
