@@ -1,4 +1,4 @@
-"""themisd end to end on the real local Slurm cluster (issue 5's tests 1, 2, 4 and 5).
+"""themisd end to end on the real local Slurm cluster (issue 5's tests 1 to 5).
 
 The daemon runs as a subprocess (`themisd run --config`), with 20 s leases and 1 s polls, against the
 shared cluster of slurm_conf/cluster.sh (never stopped here). Jobs are docs/examples/ckpt_job.sh: they
@@ -6,25 +6,35 @@ checkpoint on SIGUSR1 and resume after a requeue, and append their step count to
 "every job completes exactly once with its work done" is a file check. While the daemon runs the test
 samples the cluster every second and asserts that no GPU is held by two running jobs.
 
+Test 3 (`test_slurm_faults_keep_state_consistent`) also restarts slurmctld (`cluster.sh restart-ctld`, same
+state) and sets a node DOWN for a few seconds; it checks the daemon's Store after each fault.
+
 Caveat: themisd manages every held GPU job of the `gpu` partition, so do not run other Slurm tests that
 expect their jobs to stay held at the same time (tests/run.sh runs the suite serially).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
 import time
+import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from themisd_guard import running_themisd  # tests/slurm is on sys.path under pytest
 
+from themis_slurm.daemon.state import Store
 from themis_slurm.slurm.backend import CliBackend
+from themis_slurm.slurm.model import Snapshot
 
 if TYPE_CHECKING:  # conftest is not an importable module at run time; pytest injects the fixtures
     from conftest import Cluster
@@ -109,7 +119,10 @@ def submit(cluster: Cluster, user: str, gres: str, comment: str, work: int, *ext
 
 
 def sample_no_double_gpu(backend: CliBackend) -> int:
-    snap = backend.snapshot()
+    return no_double_gpu(backend.snapshot())
+
+
+def no_double_gpu(snap: Snapshot) -> int:
     seen: dict[int, str] = {}
     for mj in snap.managed:
         if mj.state != "RUNNING":
@@ -262,6 +275,297 @@ def test_bad_inputs_give_clear_messages(cluster: Cluster, themisd: Themisd, tmp_
     assert f"job={jid}: progress report ignored" in log, log[-2000:]
 
 
+# ------------------------------------------------------------------------------- test 3: faults on the Slurm side
+FAIL_JOB = "#!/bin/bash\necho 'failing on purpose'\nsleep 2\nexit 3\n"
+LEASED = ("running", "warning", "warned", "requeueing")  # intents of a job that runs under a Themis lease
+
+
+def store_problems(store: Store, snap: Snapshot) -> list[str]:
+    """Where the daemon's Store disagrees with Slurm or with itself (empty: consistent)."""
+    jobs = {m.job_id: m for m in snap.managed}
+    rows, apps = store.jobs(), store.apps()
+    out: list[str] = []
+    leased: dict[int, str] = {}
+    planned: dict[int, str] = {}
+    for jid, r in sorted(rows.items()):
+        mj = jobs.get(jid)
+        if mj is None:
+            out.append(f"job {jid} ({r.intent}) is in the store but not active in Slurm")
+            continue
+        if r.intent in LEASED:
+            if mj.state not in ("RUNNING", "COMPLETING"):
+                out.append(f"job {jid} holds a lease ({r.intent}) but Slurm shows it {mj.state}")
+            if r.lease_expiry is None or r.lease_start is None:
+                out.append(f"job {jid} is {r.intent} without a lease")
+            for g in mj.gpu_ids:
+                if g in leased:
+                    out.append(f"GPU {g} is in the leases of jobs {leased[g]} and {jid}")
+                leased[g] = jid
+        elif r.intent == "waiting":
+            if r.lease_expiry is not None or r.planned_gpus or r.planned_nodes:
+                out.append(f"waiting job {jid} keeps a lease or a plan: {r}")
+            if mj.state == "RUNNING":
+                out.append(f"job {jid} runs in Slurm but the store says waiting")
+        elif mj.state != "RUNNING":  # granted / starting: GPUs reserved for it
+            for g in r.planned_gpus:
+                if g in planned:
+                    out.append(f"GPU {g} is granted to jobs {planned[g]} and {jid}")
+                planned[g] = jid
+        app = apps.get(r.app_key)
+        if app is None or not app.active:
+            out.append(f"job {jid}: its app {r.app_key} is {'missing' if app is None else 'inactive'}")
+        nums = (r.work, r.service_s, r.done_service)
+        if not (all(math.isfinite(x) for x in nums) and r.work > 0 and r.service_s >= 0 and r.done_service >= 0):
+            out.append(f"job {jid}: bad accounting work={r.work} service={r.service_s} done={r.done_service}")
+    for key, a in sorted(apps.items()):
+        nums = (a.arrival, a.clock_since, a.clock_last, a.clock_integral, a.clock_current, a.finished_work,
+                a.service_s)
+        if (not all(math.isfinite(x) for x in nums) or min(a.finished_work, a.service_s, a.peak_gpus) < 0
+                or a.clock_last < a.clock_since or a.active not in (0, 1)):
+            out.append(f"app {key}: bad record {a}")
+        if a.rho is not None and not (math.isfinite(a.rho) and a.rho > 0):
+            out.append(f"app {key}: rho {a.rho}")
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def scrape(port: int) -> dict[str, float]:
+    """The daemon's Prometheus metrics, sample name (with labels) -> value."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return {k: float(v) for k, _, v in (line.rpartition(" ") for line in text.splitlines())
+            if k and not k.startswith("#")}
+
+
+@dataclass
+class Watch:
+    """Drives test 3: every tick checks the daemon is alive and no GPU is held twice in Slurm."""
+
+    cluster: Cluster
+    d: Themisd
+    backend: CliBackend = field(default_factory=CliBackend)
+    store: Store | None = None
+    ticks: int = 0
+
+    def open_store(self) -> Store:
+        """The daemon creates (migrates) its database at start: open it only once it said so."""
+        deadline = time.monotonic() + 20
+        while "themisd started" not in self.d.log.read_text():
+            assert time.monotonic() < deadline, self.d.log.read_text()[-2000:]
+            time.sleep(0.2)
+        self.store = Store(self.d.config.parent / "state" / "themis.db")
+        return self.store
+
+    def alive(self) -> None:
+        assert self.d.proc is not None and self.d.proc.poll() is None, \
+            f"themisd exited ({self.d.proc and self.d.proc.returncode}):\n{self.d.log.read_text()[-3000:]}"
+
+    def tick(self) -> Snapshot | None:
+        self.alive()
+        try:
+            snap = self.backend.snapshot()
+        except Exception:  # slurmctld restarting: the test's own read fails like the daemon's
+            return None
+        no_double_gpu(snap)
+        self.ticks += 1
+        return snap
+
+    def until(self, what: str, cond: Callable[[Snapshot], bool], timeout: float) -> Snapshot:
+        deadline = time.monotonic() + timeout
+        while True:
+            snap = self.tick()
+            if snap is not None and cond(snap):
+                return snap
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out ({timeout:g}s) waiting for {what}\n{self.d.log.read_text()[-3000:]}")
+            time.sleep(0.5)
+
+    def consistent(self, after: str, timeout: float = 10) -> None:
+        """The Store agrees with Slurm at some cycle boundary within `timeout` (reads race the daemon)."""
+        assert self.store is not None
+        problems: list[str] = []
+
+        def ok(snap: Snapshot) -> bool:
+            problems[:] = store_problems(self.store, snap)  # type: ignore[arg-type]
+            return not problems
+
+        try:
+            self.until(f"a consistent state after {after}", ok, timeout)
+        except AssertionError as e:
+            raise AssertionError(f"after {after}, themisd's state is inconsistent: {problems}\n{e}") from None
+        self.alive()
+
+    def events(self, job_id: int | str) -> list[tuple[float, str]]:
+        assert self.store is not None
+        return [(r[0], r[1]) for r in self.store.query("SELECT time, kind FROM events WHERE job_id = ? ORDER BY id",
+                                                       (str(job_id),))]
+
+
+def node_state(cluster: Cluster, node: str) -> str:
+    return cluster.check(["sinfo", "-h", "-N", "-n", node, "-p", "gpu", "-o", "%T"]).strip()
+
+
+def test_slurm_faults_keep_state_consistent(cluster: Cluster, themisd: Themisd) -> None:
+    """Issue 5's test 3: a job failing (exit 3), its owner cancelling a leased job, a node set DOWN under a
+    leased job, slurmctld restarted mid-run: themisd keeps going and its Store stays consistent with Slurm."""
+    foreign = [j["job_id"] for j in cluster.jobs() if j["job_state"] in ("PENDING", "RUNNING", "COMPLETING")]
+    if foreign:  # a DOWN node kills whatever runs on it, in any partition
+        pytest.skip(f"the shared cluster runs other jobs: {foreign[:5]}")
+    # metrics on, and a short Slurm command timeout: a squeue that waits for the restarting slurmctld
+    # (the client retries for several seconds) fails instead, as a longer outage would
+    port = free_port()
+    cfg = themisd.config.read_text().replace("metrics:\n  listen: ''", f"metrics:\n  listen: 127.0.0.1:{port}")
+    themisd.config.write_text(cfg.replace("slurm:\n", "slurm:\n  command_timeout_s: 2\n", 1))
+    work: dict[int, int] = {}
+    for _ in range(3):
+        work[submit(cluster, ALICE, "gpu:2", "themis:app=steady,est=40s", 40)] = 40
+    for _ in range(2):
+        work[submit(cluster, BOB, "gpu:4", "themis:app=gang,model=vgg16,est=40s", 40)] = 40
+    flaky = cluster.sbatch("-p", "gpu", "--gres=gpu:1", "--comment=themis:app=flaky,est=10s", user=BOB,
+                           script=FAIL_JOB)
+    t0 = time.monotonic()
+    themisd.start()
+    w = Watch(cluster, themisd)
+    store = w.open_store()
+
+    def leased(jid: int | str) -> bool:
+        row = store.job(str(jid))
+        return row is not None and row.intent == "running"
+
+    w.until("every job to run under a lease", lambda s: all(leased(j) for j in work), 40)
+    w.consistent("the start")
+
+    # (d) a job that exits with an error: finished, failed in Slurm, gone from the store, never retried
+    def failed(_: Snapshot) -> bool:
+        rec = next((j for j in cluster.jobs() if j["job_id"] == flaky), None)
+        app = store.apps().get(f"{BOB}/flaky")
+        return (store.job(str(flaky)) is None and app is not None and not app.active
+                and (rec is None or rec["job_state"] == "FAILED"))
+
+    w.until("the failing job to fail", failed, 30)
+    rec = cluster.job(flaky)  # MinJobAge=30: still listed
+    assert rec["job_state"] == "FAILED" and rec["exit_code"] >> 8 == 3 and rec["restart_cnt"] == 0, rec
+    kinds = [k for _, k in w.events(flaky)]
+    assert kinds[-1] == "vanished" and kinds.count("started") == 1 and "adopted" not in kinds, kinds
+    flaky_app = store.apps()[f"{BOB}/flaky"]  # what it did is booked to its app, which is now idle
+    assert flaky_app.finished_work > 0 and flaky_app.service_s > 0 and not flaky_app.active, flaky_app
+    w.consistent("a job failed")
+
+    # (c) the owner cancels a leased running job: it vanishes cleanly and its GPUs are offered again
+    snap = w.tick()
+    assert snap is not None
+    victim = next(m for m in snap.managed if m.app_key == f"{ALICE}/steady" and m.state == "RUNNING"
+                  and leased(m.job_id))
+    victim_gpus = set(victim.gpu_ids)
+    cluster.check(["scancel", victim.job_id], user=ALICE)
+    work.pop(victim.slurm_id)
+    w.until("the cancelled job to leave the store", lambda s: store.job(victim.job_id) is None, 15)
+    gone = max(t for t, k in w.events(victim.job_id) if k == "vanished")
+    w.consistent("a user cancelled a leased job")
+    late = submit(cluster, ALICE, "gpu:2", "themis:app=after,est=10s", 8)
+    work[late] = 8
+
+    def reused(s: Snapshot) -> bool:  # its GPUs are free, or Themis gave them to a job granted since
+        fresh = {g for m in s.managed if m.state == "RUNNING" and (r := store.job(m.job_id)) is not None
+                 and (r.grant_time or 0) >= gone for g in m.gpu_ids}
+        return victim_gpus <= s.free | fresh and leased(late)
+
+    w.until("the cancelled job's GPUs to be offered again", reused, 20)
+    offered = store.query("SELECT offered_gpus FROM rounds WHERE time >= ? ORDER BY id LIMIT 1", (gone,))
+    assert offered and offered[0][0] >= len(victim_gpus), offered
+    assert victim.slurm_id not in done_jobs(cluster)
+
+    # (b) a node set DOWN under a leased job: Slurm requeues it, themisd follows, the node is not offered.
+    # With ReturnToService=2 the node's slurmd answering the job kill brings it back at once, so the test
+    # keeps it DOWN for a while (set again whenever it came back) and only judges the daemon on the
+    # intervals it saw the node DOWN at both ends.
+    snap = w.tick()
+    assert snap is not None
+    gang = next(m for m in snap.managed if m.app_key == f"{BOB}/gang" and m.state == "RUNNING"
+                and leased(m.job_id) and len(m.node_gpus) == 1)
+    node = next(iter(gang.node_gpus))
+    node_ids = set(snap.topology.node_gpus[node])
+    down = ["scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=themis-e2e"]
+    intervals: list[tuple[float, float]] = []  # wall-clock spans the node was DOWN throughout
+    try:
+        cluster.check(down)
+        prev: float | None = time.time()
+        requeued, checked = False, 0.0
+        end = time.monotonic() + 8
+        while time.monotonic() < end:
+            if node_state(cluster, node).startswith("down"):
+                now = time.time()
+                if prev is not None:
+                    intervals.append((prev, now))
+                prev = now
+            else:
+                cluster.check(down)
+                prev = time.time()
+            if time.monotonic() - checked >= 1:  # a full sample about once a second
+                checked = time.monotonic()
+                s = w.tick()
+                steady_down = s is not None and node_state(cluster, node).startswith("down") and prev is not None
+                if s is not None and not any(m.job_id == gang.job_id and m.state == "RUNNING" for m in s.managed):
+                    requeued = True
+                if steady_down and s is not None:
+                    assert not node_ids & s.free, f"GPUs of DOWN {node} counted free"
+            time.sleep(0.1)
+        assert requeued, f"Slurm did not take job {gang.job_id} off DOWN {node}"
+        rec = cluster.job(gang.slurm_id)
+        w.consistent(f"{node} went DOWN")
+        row = store.job(gang.job_id)
+        if rec["job_state"] in ("PENDING", "REQUEUED", "RUNNING"):  # requeued by Slurm: themisd re-plans it
+            assert row is not None and rec["restart_cnt"] >= 1, (rec["job_state"], row)
+            assert "requeued-outside" in [k for _, k in w.events(gang.job_id)]
+        else:  # failed per Slurm: gone from the store
+            assert row is None, (rec["job_state"], row)
+            work.pop(gang.slurm_id)
+    finally:
+        if node_state(cluster, node).startswith("down"):
+            cluster.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
+    assert sum(b - a for a, b in intervals) >= 4, f"{node} was DOWN for too short a time: {intervals}"
+    grants = store.query("SELECT time, job_id FROM decisions WHERE action = 'grant' AND nodes LIKE ?",
+                         (f'%"{node}"%',))
+    bad = [(t, j) for t, j in grants if any(a <= t <= b - 0.5 for a, b in intervals)]
+    assert not bad, f"granted GPUs of {node} while it was DOWN: {bad}"
+    w.consistent(f"{node} resumed")
+
+    # (a) slurmctld restarted mid-run: failed reads are logged and counted, then the daemon carries on
+    assert any(leased(j) for j in work if j not in done_jobs(cluster)), "nothing left running for the restart"
+    for _ in range(3):  # slurmctld is away ~1 s: again if no daemon cycle happened to fall in that window
+        res = subprocess.run([str(REPO / "slurm_conf" / "cluster.sh"), "restart-ctld"], env=cluster.env,
+                             capture_output=True, text=True, timeout=120, check=False)
+        assert res.returncode == 0, res.stderr
+        w.alive()
+        if "reading Slurm failed" in themisd.log.read_text():
+            break
+    w.consistent("slurmctld restarted", timeout=20)
+
+    # every job completes exactly once; the daemon is still alive and its store ends empty of our jobs
+    w.until("every job to complete", lambda s: done_jobs(cluster).keys() >= work.keys(), 150)
+    done = done_jobs(cluster)
+    for jid, steps in work.items():
+        assert done[jid] == [steps], f"job {jid} completed {done[jid]} (want exactly once with {steps} steps)"
+    assert victim.slurm_id not in done and flaky not in done
+    assert [k for _, k in w.events(flaky)][-1] == "vanished", "the failed job was picked up again"
+    w.until("the store to forget finished jobs", lambda s: not (set(store.jobs()) & {str(j) for j in work}), 15)
+    w.consistent("the run")
+    errors = sum(v for k, v in scrape(port).items() if k.startswith("themis_slurm_errors_total"))
+    store.close()
+    log = themisd.log.read_text()
+    assert "reading Slurm failed" in log and errors >= 1, f"no Slurm error seen during the restart ({errors})"
+    assert "Traceback" not in log, log[-3000:]
+    w.alive()
+    themisd.stop()
+    assert themisd.proc is not None and themisd.proc.returncode == 0
+    print(f"test 3 took {time.monotonic() - t0:.0f}s, {w.ticks} samples")
+
+
 @pytest.fixture(autouse=True)
 def _no_foreign_held_jobs(cluster: Cluster) -> None:
     """themisd would start other tests' held jobs: refuse to run on a busy shared cluster."""
@@ -269,4 +573,7 @@ def _no_foreign_held_jobs(cluster: Cluster) -> None:
                and j.get("partition") == "gpu"]
     if foreign:
         pytest.skip(f"the shared cluster has other jobs in partition gpu: {foreign[:5]}")
+    other = running_themisd()
+    if other:  # e.g. tests/slurm/test_demo.py's: it would start, preempt or requeue these tests' jobs
+        pytest.skip(f"another themisd runs on the shared cluster ({other})")
     os.environ.setdefault("SLURM_CONF", cluster.env["SLURM_CONF"])
