@@ -50,7 +50,6 @@ class ArbiterConfig:
     exact_max_gpus: int = 64
     idle_throughput: float = 0.1
     hidden_payments: bool = True
-    holders_bid: bool = False
     seed: int = 0
 
     def __post_init__(self) -> None:
