@@ -69,10 +69,15 @@ class FairnessModel:
             raise ValueError(f"cluster_gpus must be >= 1, got {self.cluster_gpus}")
         if not self.idle_throughput > 0:
             raise ValueError(f"idle_throughput must be > 0, got {self.idle_throughput}")
+        object.__setattr__(self, "_factors", {})  # (shape, profile) -> best factor: jobs repeat shapes
 
     def best_factor(self, job: Job) -> float:
-        level = self.topology.best_level(job.gpus, job.gpus_per_node, job.nodes)
-        return get_profile(job.profile).factor(level)
+        key = (job.gpus, job.gpus_per_node, job.nodes, job.profile)
+        cached = self._factors.get(key)  # type: ignore[attr-defined]
+        if cached is None:
+            level = self.topology.best_level(job.gpus, job.gpus_per_node, job.nodes)
+            cached = self._factors[key] = get_profile(job.profile).factor(level)  # type: ignore[attr-defined]
+        return cached
 
     def t_id(self, app: App) -> float:
         """Finish time on a private 1/N share, from arrival (seconds)."""
