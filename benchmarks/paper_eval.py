@@ -211,12 +211,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--docs", type=Path, default=ROOT / "docs")
     ap.add_argument("--apps", type=int, default=None, help="apps of the paper workload (default 12; the paper: 84)")
+    ap.add_argument("--philly-jobs", type=int, default=None, help="only the first N jobs of philly_mix1 (default: all)")
     args = ap.parse_args(argv)
     scale = QUICK if args.quick else FULL
     if args.apps is not None:
         scale = replace(scale, apps=args.apps)
+    if args.philly_jobs is not None:
+        scale = replace(scale, philly_jobs=args.philly_jobs)
     ev = Eval(scale, args.docs, args.docs / "eval")
     text = ev.main()
+    notes = args.docs / "eval" / "discussion.md"  # hand-written analysis of the default run, appended as is
+    if notes.is_file():
+        text = text.rstrip("\n") + "\n\n" + notes.read_text()
     (args.docs / "evaluation.md").write_text(text)
     print(f"wrote {args.docs / 'evaluation.md'}")
     return 0

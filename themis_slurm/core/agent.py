@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from themis_slurm.core.fairness import FairnessModel
+from themis_slurm.core.fairness import FairnessModel, shared_finish
 from themis_slurm.core.placement import Pool, get_profile, throughput
 from themis_slurm.core.topology import Level
 from themis_slurm.core.workload import App, Job
@@ -91,8 +91,8 @@ class Agent:
         """rho if the app ran at base + extra throughput from now on."""
         if self._tid <= 0:
             return 1.0
-        x = max(self.base + extra_throughput, self.model.idle_throughput)
-        return (self._elapsed + self._remaining / x) / self._tid
+        x = self.base + extra_throughput
+        return shared_finish(self._elapsed, self._remaining, x, self.model.idle_throughput) / self._tid
 
     def gain_of(self, extra_throughput: float) -> float:
         return math.log(self.rho_base) - math.log(self.rho_of(extra_throughput))

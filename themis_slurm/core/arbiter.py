@@ -8,7 +8,8 @@ Steps (Themis NSDI 2020, section 4; choices in docs/design.md):
    to the ``max(1, floor((1 - f) * n))`` apps with the worst rho (f = fairness knob).
 3. **Bids**: each bidder's :class:`~themis_slurm.core.agent.Agent` values bundles by the rho they give.
 4. **Winner determination** (exact MILP for small rounds, fast greedy otherwise), then **hidden
-   payments**: each winner keeps whole gangs worth at most c_i of what it won.
+   payments**: each winner keeps whole gangs worth c_i of what it won, the last gang by a lottery drawn
+   from a hash of (seed, now, app id) so that the expected share is exactly c_i and a round stays pure.
 5. **Leftover**: withheld and unbid GPUs go first to the apps outside the auction, then to the apps
    that paid no hidden payment, then to anyone, by the same marginal-rho greedy, until no waiting job
    fits: no GPU idles while work that fits waits (work conservation wins over the incentive when only
@@ -29,6 +30,7 @@ from themis_slurm.core.auction import (
     Payment,
     greedy_fill,
     hidden_payments,
+    payment_draw,
 )
 from themis_slurm.core.decision import AppRecord, Decision, Grant, Preemption, Renewal
 from themis_slurm.core.fairness import FairnessModel, job_throughput
@@ -77,6 +79,15 @@ class ClusterState:
     apps: tuple[App, ...]
     cluster_gpus: int | None = None
     unavailable: frozenset[int] = frozenset()
+
+
+def bidders_offered(fairness_knob: float, n: int) -> int:
+    """How many of the n apps with waiting work are offered the pool: max(1, floor((1 - f) n)), 0 if n = 0.
+
+    The 1e-9 absorbs binary rounding: 1 - 0.8 is 0.19999999999999996, and floor of that times 10 would
+    be 1, not 2 (one bidder fewer whenever (1 - f) n is a whole number).
+    """
+    return max(1, math.floor((1.0 - fairness_knob) * n + 1e-9)) if n else 0
 
 
 def _validate(state: ClusterState, jobs: Mapping[str, Job]) -> None:
@@ -139,7 +150,7 @@ def run_round(state: ClusterState, config: ArbiterConfig | None = None) -> Decis
         if waiting:
             agents[app.id] = Agent(app, model, now, base, waiting, {j.id: homes[j.id] for j in waiting if j.id in homes})
     ranked = sorted(agents, key=lambda a: (-rho_now[a], a))
-    n_bid = max(1, math.floor((1.0 - cfg.fairness_knob) * len(ranked))) if ranked else 0
+    n_bid = bidders_offered(cfg.fairness_knob, len(ranked))
     bidders = [agents[a] for a in ranked[:n_bid]]
 
     # 3-4. auction among the bidders, hidden payments
@@ -149,17 +160,18 @@ def run_round(state: ClusterState, config: ArbiterConfig | None = None) -> Decis
         solver_name = "exact" if small else "fast"
     payments: dict[str, Payment] = {}
     x_star = Allocation({}, 0.0, solver_name)
+    draws = {a.app_id: payment_draw(cfg.seed, now, a.app_id) for a in bidders}  # gangs kept by lottery
     if bidders and pool.size:
         if solver_name == "exact":
             exact = ExactSolver(node_alternatives=topo.size <= cfg.exact_max_gpus)
             cands = exact.candidates(bidders, pool)
             x_star = exact.solve_candidates(cands)
             if cfg.hidden_payments:
-                payments = hidden_payments(bidders, pool, x_star, exact, cands)
+                payments = hidden_payments(bidders, pool, x_star, exact, cands, draws)
         else:
             x_star = FastSolver().solve(bidders, pool)
             if cfg.hidden_payments:
-                payments = hidden_payments(bidders, pool, x_star)
+                payments = hidden_payments(bidders, pool, x_star, draws=draws)
     got: dict[str, list[Gang]] = {}
     source: dict[str, str] = {}
     for aid, won in x_star.bundles.items():

@@ -17,11 +17,13 @@ Hidden payments: winner i keeps the fraction
 ``c_i = prod_{j!=i} v_j(x*) / prod_{j!=i} v_j(x*_{-i})`` (v = 1/rho) of its allocation, where x*_{-i} is
 the welfare-maximising allocation without i. The exact solver re-solves without i; the fast solver
 warm-starts from x* minus i and lets the others grab i's GPUs, which can only raise their welfare, so
-c_i stays in [0, 1] either way.
+c_i stays in [0, 1] either way. Gangs are indivisible: a winner keeps whole gangs worth c_i of its win in
+expectation (:func:`keep_fraction`, a lottery on the last gang).
 """
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import math
 from collections.abc import Mapping, Sequence
@@ -322,21 +324,34 @@ def _others_gain(alloc: Mapping[str, Bundle], skip: str) -> float:
     return sum(b.gain for aid, b in alloc.items() if aid != skip)
 
 
-def keep_fraction(won: Bundle, c: float) -> tuple[tuple[Gang, ...], tuple[Gang, ...]]:
-    """Whole gangs, in bidding order, whose throughput is at most the fraction c of what was won.
+def keep_fraction(won: Bundle, c: float, draw: float = 1.0) -> tuple[tuple[Gang, ...], tuple[Gang, ...]]:
+    """Whole gangs, in bidding order, worth the fraction c of what was won: in expectation, by a lottery.
 
-    Partial allocation scales the allocation by c_i; gangs cannot be split, so the app keeps the longest
-    prefix that stays within c_i of its won throughput and the rest is withheld (never rounded up).
+    Partial allocation scales the allocation by c_i; gangs cannot be split. The app keeps the longest
+    prefix that stays within c_i of its won throughput, plus the next gang when `draw` (uniform in
+    [0, 1)) is below the uncovered remainder of the budget divided by that gang's throughput: the
+    expected kept throughput is exactly c_i times what was won. `draw` = 1 never rounds up (the prefix
+    only). Why a lottery: with the prefix only, an app bidding for a single gang keeps nothing whenever
+    c_i < 1, i.e. whenever another bidder wants its GPUs, and can starve (docs/design.md).
     """
     budget = c * won.throughput + 1e-9
     kept: list[Gang] = []
     x = 0.0
     for k, g in enumerate(won.gangs):
         if x + g.throughput > budget:
+            if draw < (budget - x) / g.throughput:
+                kept.append(g)
+                k += 1
             return tuple(kept), tuple(won.gangs[k:])
         kept.append(g)
         x += g.throughput
     return tuple(kept), ()
+
+
+def payment_draw(seed: int, now: float, app_id: str) -> float:
+    """The lottery number of `app_id` in the round at `now`: uniform in [0, 1), a pure function of its arguments."""
+    digest = hashlib.sha256(f"{seed}:{now!r}:{app_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0**64
 
 
 def hidden_payments(
@@ -345,11 +360,13 @@ def hidden_payments(
     x_star: Allocation,
     exact: ExactSolver | None = None,
     candidates: Sequence[Bundle] | None = None,
+    draws: Mapping[str, float] | None = None,
 ) -> dict[str, Payment]:
     """c_i for every winner of `x_star` (computed on the round's `pool`, which is not changed).
 
     With `exact` and its `candidates`, x*_{-i} is the MILP optimum without i; otherwise it is the greedy
-    warm start described in the module docstring.
+    warm start described in the module docstring. `draws` are the winners' lottery numbers for
+    :func:`keep_fraction` (missing: 1, i.e. keep the prefix only).
     """
     out: dict[str, Payment] = {}
     # Apps that got every job they bid for cannot gain from i's GPUs: skip the re-solve when none is left.
@@ -378,6 +395,6 @@ def hidden_payments(
         else:
             minus = base
         c = math.exp(min(0.0, base - minus))
-        kept, withheld = keep_fraction(won, c)
+        kept, withheld = keep_fraction(won, c, (draws or {}).get(aid, 1.0))
         out[aid] = Payment(aid, c, won, kept, withheld)
     return out

@@ -12,9 +12,12 @@ Choices (docs/design.md, "Finish-time fairness", has the reasons):
 * **T_sh** is elapsed time plus the remaining work at the throughput of the allocation being valued:
   ``T_sh = (now - arrival) + remaining_work / X``, the authors' online estimate generalised to several
   jobs (an app keeps feeding its jobs into the GPUs it holds).
-* **No allocation**: X is floored at ``idle_throughput`` GPU-equivalents (default 0.1), so an app with
-  nothing ranks as badly off (rho about 10x what one GPU would give it) while rho, gains and hidden
-  payments stay finite.
+* **No allocation** (X below ``idle_throughput``, default 0.1): T_sh is that of one GPU divided by
+  idle_throughput, ``(elapsed + remaining) / 0.1``, so an app with nothing has exactly 10x the rho one
+  GPU would give it, however long it has waited. rho, gains and hidden payments stay finite, and the
+  first gang of an app with nothing is always worth at least log(10) in the auction. (Flooring X alone,
+  ``elapsed + remaining / 0.1``, loses that ratio once elapsed time dominates: a small app that waited
+  long then gains almost nothing from a GPU and loses every auction, a starvation spiral.)
 """
 
 from __future__ import annotations
@@ -94,8 +97,7 @@ class FairnessModel:
 
     def t_sh(self, app: App, now: float, throughput: float) -> float:
         """Estimated finish time in the shared cluster under an allocation of `throughput`."""
-        x = max(throughput, self.idle_throughput)
-        return max(0.0, now - app.arrival) + app.remaining_work / x
+        return shared_finish(max(0.0, now - app.arrival), app.remaining_work, throughput, self.idle_throughput)
 
     def rho(self, app: App, now: float, throughput: float) -> float:
         """rho = T_sh / T_id; 1.0 for an app with no work at all."""
@@ -103,6 +105,17 @@ class FairnessModel:
         if tid <= 0:
             return 1.0
         return self.t_sh(app, now, throughput) / tid
+
+
+def shared_finish(elapsed: float, remaining: float, throughput: float, idle_throughput: float) -> float:
+    """T_sh = elapsed + remaining / X; with no allocation (X < idle_throughput), T_sh at one GPU / idle_throughput.
+
+    The no-allocation value keeps rho(nothing) = rho(one GPU) / idle_throughput for every elapsed time
+    (module docstring): it is the largest T_sh for any X >= 0, so T_sh never increases with X.
+    """
+    if throughput >= idle_throughput:
+        return elapsed + remaining / throughput
+    return (elapsed + remaining) / idle_throughput
 
 
 def job_throughput(job: Job, gpus: Iterable[int], topology: Topology) -> float:
@@ -125,4 +138,4 @@ def log_gain(rho_before: float, rho_after: float) -> float:
     return math.log(rho_before) - math.log(rho_after)
 
 
-__all__ = ["ContentionClock", "FairnessModel", "Level", "app_throughput", "job_throughput", "log_gain"]
+__all__ = ["ContentionClock", "FairnessModel", "Level", "app_throughput", "job_throughput", "log_gain", "shared_finish"]

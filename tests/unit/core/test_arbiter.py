@@ -9,7 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from themis_slurm.core.arbiter import ArbiterConfig, ClusterState, run_round
+from themis_slurm.core.arbiter import ArbiterConfig, ClusterState, bidders_offered, run_round
+from themis_slurm.core.auction import payment_draw
 from themis_slurm.core.decision import Decision
 from themis_slurm.core.placement import Pool
 from themis_slurm.core.topology import Level, Topology
@@ -202,11 +203,14 @@ def test_hand_computed_three_apps_eight_gpus() -> None:
       A: one 4-GPU vgg16 gang, 4000 GPU-s.  T_id = 4000 / (8/3) = 1500
       B: two 2-GPU gangs, 1200 GPU-s each.  T_id = 2400 / (8/3) = 900
       C: one 1-GPU job, 500 GPU-s (can use 1 GPU only). T_id = 500
-    rho with nothing (throughput floor 0.1): A 40100/1500, B 24100/900, C 5100/500.
+    rho with nothing (10x one GPU: (elapsed + remaining) / 0.1): A 41000/1500, B 25000/900, C 6000/500.
     Winner determination: A 4 GPUs on one node (rho 1100/1500), B one gang (rho 1300/900), C (rho 600/500):
-    sum of log gains 8.656, better than A+B(4) = 7.135. Hidden payments:
-      c_A = exp(gains of B,C in x* - best of B,C without A) = exp(5.060 - 5.679) = 0.5385 -> A keeps nothing
-      c_B = 1;  c_C = exp(6.516 - 7.135) = 0.5385 -> C's 1 GPU is withheld
+    sum of log gains 3.618 + 2.956 + 2.303 = 8.877, better than A+B(4) = 3.618 + 3.576 = 7.194. Hidden payments:
+      c_A = exp(gains of B,C in x* - best of B,C without A) = exp(5.259 - 5.879) = 0.5385 -> A keeps nothing
+      c_B = 1;  c_C = exp(6.574 - 7.194) = 0.5385 -> C's 1 GPU is withheld
+    (c_i compare the others' rho under two allocations, so the no-allocation rho cancels out of them.)
+    Gangs are kept by lottery (keep_fraction): A's and C's draws (payment_draw(0, 100.0, id) = 0.696 and 0.813)
+    are above their c = 0.5385, so both single gangs are withheld.
     Leftover: no app is outside the auction (f = 0); B paid nothing and gets its second gang (rho 700/900);
     then work conservation:
     C's 1-GPU job fits and gets a GPU back; A's 4-GPU gang does not fit in the 3 idle GPUs.
@@ -220,20 +224,29 @@ def test_hand_computed_three_apps_eight_gpus() -> None:
         d = run_round(state, ArbiterConfig(fairness_knob=0.0, solver=solver))
         check_invariants(state, d)
         r = d.apps
-        assert r["A"].rho_before == pytest.approx(40100 / 1500)
-        assert r["B"].rho_before == pytest.approx(24100 / 900)
-        assert r["C"].rho_before == pytest.approx(5100 / 500)
+        assert r["A"].rho_before == pytest.approx(41000 / 1500)
+        assert r["B"].rho_before == pytest.approx(25000 / 900)
+        assert r["C"].rho_before == pytest.approx(6000 / 500)
         assert d.objective == pytest.approx(
-            math.log((40100 / 1500) / (1100 / 1500)) + math.log((24100 / 900) / (1300 / 900)) + math.log(5100 / 600), rel=1e-9
+            math.log((41000 / 1500) / (1100 / 1500)) + math.log((25000 / 900) / (1300 / 900)) + math.log(6000 / 600), rel=1e-9
         )
+        assert d.objective == pytest.approx(8.877, abs=1e-3)
+        assert payment_draw(0, 100.0, "A") == pytest.approx(0.696, abs=1e-3)
+        assert payment_draw(0, 100.0, "C") == pytest.approx(0.813, abs=1e-3)
         assert r["A"].won_gpus == 4 and r["A"].kept_gpus == 0
-        assert r["A"].payment_fraction == pytest.approx(math.exp(math.log(24100 / 1300) + math.log(5100 / 600)
-                                                                 - math.log(24100 / 700) - math.log(5100 / 600)))  # fmt: skip
+        assert r["A"].payment_fraction == pytest.approx(math.exp(math.log(25000 / 1300) + math.log(6000 / 600)
+                                                                 - math.log(25000 / 700) - math.log(6000 / 600)))  # fmt: skip
         assert r["A"].payment_fraction == pytest.approx(0.5385, abs=1e-4)
         assert r["B"].payment_fraction == pytest.approx(1.0)
         assert r["C"].payment_fraction == pytest.approx(0.5385, abs=1e-4)
         assert sorted((g.job_id, g.source) for g in d.grants) == [("B1", "auction"), ("B2", "leftover"), ("C1", "leftover")]
-        assert r["A"].rho_after == pytest.approx(40100 / 1500)
+        assert r["A"].rho_after == pytest.approx(41000 / 1500)
         assert r["B"].rho_after == pytest.approx(700 / 900)
         assert r["C"].rho_after == pytest.approx(600 / 500)
         assert len(d.idle_gpus) == 3
+
+
+def test_bidders_offered_is_floor_of_one_minus_f_times_n_without_rounding_errors() -> None:
+    assert [bidders_offered(0.8, n) for n in (0, 1, 4, 5, 9, 10, 20, 84)] == [0, 1, 1, 1, 1, 2, 4, 16]
+    assert [bidders_offered(0.5, n) for n in (3, 4)] == [1, 2]
+    assert bidders_offered(0.0, 3) == 3 and bidders_offered(0.95, 100) == 5

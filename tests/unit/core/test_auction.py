@@ -132,3 +132,24 @@ def test_keep_fraction_never_rounds_up() -> None:
     assert keep_fraction(won, 1.0) == (gangs, ())
     assert keep_fraction(won, 0.74) == (gangs[:2], gangs[2:])
     assert keep_fraction(won, 0.2) == ((), gangs)
+
+
+def test_keep_fraction_lottery_keeps_c_in_expectation() -> None:
+    """The next gang is kept when the draw is below the uncovered budget / its throughput."""
+    from themis_slurm.core.agent import Gang
+    from themis_slurm.core.auction import payment_draw
+    from themis_slurm.core.topology import Level
+
+    gangs = tuple(Gang(f"j{k}", frozenset({k}), Level.ISLAND, 1.0) for k in range(4))
+    won = Bundle("a", gangs, 1.0, 1.0)
+    # budget 0.74 * 4 = 2.96: two gangs for sure, the third with probability 0.96
+    assert keep_fraction(won, 0.74, draw=0.95) == (gangs[:3], gangs[3:])
+    assert keep_fraction(won, 0.74, draw=0.97) == (gangs[:2], gangs[2:])
+    assert keep_fraction(won, 1.0, draw=0.0) == (gangs, ())
+    one = Bundle("a", gangs[:1], 1.0, 1.0)  # a single gang: kept with probability c (never always lost)
+    assert keep_fraction(one, 0.6, draw=0.59) == (gangs[:1], ())
+    assert keep_fraction(one, 0.6, draw=0.61) == ((), gangs[:1])
+    draws = [payment_draw(7, 100.0 + k, "a") for k in range(4000)]
+    assert all(0.0 <= u < 1.0 for u in draws) and draws == [payment_draw(7, 100.0 + k, "a") for k in range(4000)]
+    kept = sum(len(keep_fraction(won, 0.3, u)[0]) for u in draws) / len(draws)
+    assert kept == pytest.approx(0.3 * 4, abs=0.05)  # E[kept throughput] = c x won

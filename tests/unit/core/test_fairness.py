@@ -39,8 +39,27 @@ def test_rho_under_allocations_and_with_none() -> None:
     tid = 4000 / 4
     assert m.rho(app, 500.0, 4.0) == pytest.approx((500 + 3000 / 4) / tid)
     none = m.rho(app, 500.0, 0.0)
-    assert math.isfinite(none) and none == pytest.approx((500 + 3000 / 0.1) / tid)
-    assert none > 8 * m.rho(app, 500.0, 1.0)  # elapsed time dilutes the 10x of the throughput floor
+    assert math.isfinite(none) and none == pytest.approx((500 + 3000) / 0.1 / tid)
+    assert none == pytest.approx(10 * m.rho(app, 500.0, 1.0))  # exactly 10x one GPU, whatever the elapsed time
+    assert m.rho(app, 500.0, 0.05) == pytest.approx(none)  # below the floor counts as nothing
+    assert none >= m.rho(app, 500.0, 0.1) >= m.rho(app, 500.0, 1.0)  # T_sh never rises with throughput
+
+
+def test_long_wait_keeps_the_first_gpu_worth_log_10() -> None:
+    """The starvation spiral: a small app that waited long must still value its first GPU highly.
+
+    A 1-GPU job of 4 h that has waited 100 h: flooring the throughput alone gave rho(nothing) =
+    (100 + 40) h / T_id against (100 + 4) h / T_id with a GPU, a gain of only log(140/104) = 0.30, less
+    than the first GPU of any app with nothing whose remaining work dominates (about log 10 = 2.30).
+    """
+    m = model(8)
+    small = App("s", "u", 0.0, (Job("j", "s", gpus=1, work=4 * 3600.0, profile="none"),), contention=8)
+    big = App("b", "u", 0.0, tuple(Job(f"k{i}", "b", 1, 100 * 3600.0, profile="none") for i in range(4)), contention=8)
+    now = 100 * 3600.0
+    gain_small = math.log(m.rho(small, now, 0.0) / m.rho(small, now, 1.0))
+    gain_big = math.log(m.rho(big, now, 0.0) / m.rho(big, now, 1.0))
+    assert gain_small == pytest.approx(math.log(10))
+    assert gain_big == pytest.approx(math.log(10))
     assert m.rho(App("e", "u", 0.0), 10.0, 0.0) == 1.0
 
 
