@@ -143,7 +143,7 @@ def run_contention(cluster: Cluster, d: Themisd, kills: int) -> Workload:
     d.start()
     backend = CliBackend()
     start = time.monotonic()
-    kill_at = sorted(start + 8 + 9 * k for k in range(kills))
+    kill_at = sorted(start + 5 + 6 * k for k in range(kills))  # all within the run's first half
     late_at = start + 15
     deadline = start + 300
     while time.monotonic() < deadline:
@@ -160,7 +160,7 @@ def run_contention(cluster: Cluster, d: Themisd, kills: int) -> Workload:
             time.sleep(0.5)
             d.start()
         sample_no_double_gpu(backend)
-        if w.late and done_jobs(cluster).keys() >= w.jobs.keys():
+        if w.late and not kill_at and done_jobs(cluster).keys() >= w.jobs.keys():
             break
         time.sleep(1)
     return w
