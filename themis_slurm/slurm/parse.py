@@ -30,7 +30,8 @@ from themis_slurm.slurm.records import (
 )
 
 
-def _load(doc: str | bytes | Mapping[str, Any], source: str) -> Mapping[str, Any]:
+def load_json(doc: str | bytes | Mapping[str, Any], source: str) -> Mapping[str, Any]:
+    """Decode a Slurm `--json` document; a bad document or one carrying only Slurm errors raises, naming `source`."""
     if isinstance(doc, Mapping):
         return doc
     try:
@@ -49,7 +50,7 @@ def _load(doc: str | bytes | Mapping[str, Any], source: str) -> Mapping[str, Any
 
 def parse_squeue_json(doc: str | bytes | Mapping[str, Any]) -> list[SlurmJob]:
     """All jobs of a ``squeue --json`` document (text or already-decoded), in Slurm's order."""
-    data = _load(doc, "squeue --json")
+    data = load_json(doc, "squeue --json")
     jobs = data.get("jobs")
     if not isinstance(jobs, list):
         raise SlurmOutputError("squeue --json", "", "no 'jobs' list")
@@ -165,7 +166,7 @@ def parse_sinfo_json(doc: str | bytes | Mapping[str, Any]) -> list[SlurmNode]:
     a node's partitions merged. A group's ``gres.used`` describes every node in it only when sinfo made
     one group per node (``sinfo -N --json``), so prefer that form or scontrol's for used GPU indices.
     """
-    data = _load(doc, "sinfo --json")
+    data = load_json(doc, "sinfo --json")
     if isinstance(data.get("nodes"), list):
         return [node_from_json(n) for n in data["nodes"]]
     if isinstance(data.get("sinfo"), list):

@@ -15,7 +15,6 @@ pending on it while the scheduler believes it runs.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -28,7 +27,7 @@ from themis_slurm.slurm.errors import ConfigError, SlurmOutputError
 from themis_slurm.slurm.gres_conf import GresConf, parse_gres_conf
 from themis_slurm.slurm.model import AdapterConfig, ManagedJob, Snapshot
 from themis_slurm.slurm.options import is_record, parse_progress, parse_record
-from themis_slurm.slurm.parse import job_from_json, node_from_json
+from themis_slurm.slurm.parse import job_from_json, load_json, node_from_json
 from themis_slurm.slurm.ranges import parse_int_list
 from themis_slurm.slurm.records import SlurmJob, SlurmNode
 from themis_slurm.slurm.runner import Runner
@@ -255,19 +254,6 @@ def parse_jobs_tolerant(doc: Mapping[str, Any]) -> tuple[list[SlurmJob], list[st
     return jobs, warnings
 
 
-def _load_json(text: str, source: str) -> Mapping[str, Any]:
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SlurmOutputError(source, "", f"not JSON: {exc}") from None
-    if not isinstance(doc, Mapping):
-        raise SlurmOutputError(source, "", "top level is not a JSON object")
-    errors = doc.get("errors") or []
-    if errors and not doc.get("jobs") and not doc.get("nodes"):
-        raise SlurmOutputError(source, "", f"Slurm reported an error: {errors[0]}")
-    return doc
-
-
 @dataclass
 class _ConfCache:
     key: tuple[Any, ...]
@@ -325,7 +311,7 @@ class SnapshotReader:
 
     def read_nodes(self) -> list[SlurmNode]:
         """Nodes from ``sinfo --json``; ``scontrol show node -d -o`` when the JSON lacks gres_used."""
-        doc = _load_json(self.runner.run(SINFO, self.config.timeout_s), "sinfo --json")
+        doc = load_json(self.runner.run(SINFO, self.config.timeout_s), "sinfo --json")
         raw = doc.get("nodes")
         if isinstance(raw, list) and all(isinstance(n, Mapping) and "gres_used" in n for n in raw):
             return [node_from_json(n) for n in raw]
@@ -350,7 +336,7 @@ class SnapshotReader:
         now = self.clock()
         squeue_out = self.runner.run(SQUEUE, self.config.timeout_s)
         nodes = self.read_nodes()
-        jobs, warnings = parse_jobs_tolerant(_load_json(squeue_out, "squeue --json"))
+        jobs, warnings = parse_jobs_tolerant(load_json(squeue_out, "squeue --json"))
         topo, topo_warnings = self.topology(nodes)
         return build_snapshot(jobs, nodes, topo, self.config, now,
                               slurm_calls=stats.total_calls - calls0,
