@@ -8,10 +8,11 @@ Experiments (all deterministic for the seeds below):
   3. the philly_mix1 trace on 1,024 GPUs, every policy (skipped when the trace is absent);
   4. estimate errors (none, uniform:1:3, lognormal:0.5) for Themis and the estimate-driven baselines.
 
-    python benchmarks/paper_eval.py            # full (see SCALE below for what "full" means)
-    python benchmarks/paper_eval.py --quick    # a small smoke version, to check the pipeline
+    python benchmarks/paper_eval.py            # full: 84 apps as in the paper (FULL below), about 40 min
+    python benchmarks/paper_eval.py --quick    # a small smoke version, to check the pipeline (about 2 min)
 
-Run time matters (< 20 min on 2 cores), so the scale is reduced where said in the generated document.
+Simulations run in parallel worker processes (--workers, default 2); each is deterministic, so the document
+does not depend on the number of workers.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import argparse
 import json
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -49,17 +51,17 @@ class Scale:
     lease_values: tuple[float, ...]
     contention_values: tuple[float, ...]
     sensitive_values: tuple[float, ...]
+    extra_seeds: tuple[int, ...]  # the 64-GPU comparison again on these seeds (themis, maxmin, slurm)
+    solver: str = "fast"  # Themis's winner determination (the exact MILP is ~6x slower at 84 apps, same results)
 
 
-# Measured here (12 apps, 64 GPUs, Themis): f=0.8 or 0.95 about 10 s, f=0.5 124 s, f=0.2 288 s (many bidders:
-# the exact MILP and its hidden-payment re-solves dominate), contention 2 132 s, contention 4 more than 5 min.
-# 84 apps (the paper's size) takes about 5 min per Themis run at f=0.8. So the default is a 12-app slice (same
-# per-app statistics and arrival spacing) without f=0.2 and contention 4; `--apps 84` runs the paper's size.
-FULL = Scale(apps=12, seed=0, round_interval_s=120.0, philly_jobs=None, f_values=(0.5, 0.8, 0.95),
+# Measured here (84 apps, 64 GPUs, fast solver): Themis about 2 min per run, the baselines 0.5 to 1 min;
+# with 2 worker processes the whole evaluation takes about 30 to 40 min.
+FULL = Scale(apps=84, seed=0, round_interval_s=120.0, philly_jobs=None, f_values=(0.5, 0.8, 0.95),
              lease_values=(300.0, 600.0, 1200.0, 2400.0), contention_values=(1.0, 2.0),
-             sensitive_values=(0.0, 0.5, 1.0))  # fmt: skip
+             sensitive_values=(0.0, 0.5, 1.0), extra_seeds=(1, 2))  # fmt: skip
 QUICK = Scale(apps=6, seed=0, round_interval_s=120.0, philly_jobs=1500, f_values=(0.5, 0.8), lease_values=(600.0, 1200.0),
-              contention_values=(1.0, 2.0), sensitive_values=(0.0, 1.0))  # fmt: skip
+              contention_values=(1.0, 2.0), sensitive_values=(0.0, 1.0), extra_seeds=(1,))  # fmt: skip
 
 COLS = (("max_rho", "max rho", "{:.2f}"), ("median_rho", "median rho", "{:.2f}"), ("p95_rho", "p95 rho", "{:.2f}"),
         ("jain", "Jain (1/rho)", "{:.3f}"), ("frac_rho_le_1", "rho<=1", "{:.0%}"), ("gpu_hours", "GPU-hours", "{:,.0f}"),
@@ -101,107 +103,176 @@ def targets(rows: Mapping[str, Metrics]) -> str:
     return "\n".join(out)
 
 
+@dataclass(frozen=True)
+class Task:
+    """One simulation: a policy on a workload, cluster, knobs and world; `key` names the experiment."""
+
+    key: str
+    policy: str
+    spec: WorkloadSpec
+    racks: int
+    nodes_per_rack: int
+    gpus_per_node: int
+    islands_per_node: int
+    knobs: PolicyKnobs
+    cfg: SimConfig
+
+    def topology(self) -> Topology:
+        return Topology.uniform(self.racks, self.nodes_per_rack, self.gpus_per_node,
+                                islands_per_node=self.islands_per_node)  # fmt: skip
+
+
+def run_task(task: Task) -> tuple[str, str, Metrics, float, int]:
+    """Worker entry point (module level so that a process pool can pickle it)."""
+    t0 = time.perf_counter()
+    topo = task.topology()
+    trace = task.spec.load(topo.size)
+    m = run_policies(trace, topo, [task.policy], task.knobs, task.cfg)[task.policy]
+    return task.key, task.policy, m, time.perf_counter() - t0, len(trace)
+
+
+SHAPES = {"64": (2, 8, 4, 1), "32": (2, 2, 8, 2), "philly": (8, 16, 8, 1)}  # racks, nodes/rack, GPUs/node, islands
+
+
+def SHAPES_OF(t: Task) -> tuple[int, int, int, int]:  # noqa: N802
+    return (t.racks, t.nodes_per_rack, t.gpus_per_node, t.islands_per_node)
+
+
 class Eval:
-    def __init__(self, scale: Scale, out: Path, docs: Path) -> None:
-        self.scale, self.out, self.docs = scale, out, docs
+    def __init__(self, scale: Scale, out: Path, docs: Path, workers: int) -> None:
+        self.scale, self.out, self.docs, self.workers = scale, out, docs, workers
         self.names = list(registry())
         self.cfg = SimConfig(round_interval_s=scale.round_interval_s, seed=scale.seed)
-        self.knobs = PolicyKnobs(seed=scale.seed)
-        self.record: dict[str, dict] = {}
+        self.knobs = PolicyKnobs(seed=scale.seed, solver=scale.solver)
+        self.tasks: list[Task] = []
+        self.results: dict[str, dict[str, Metrics]] = {}
         self.timings: dict[str, float] = {}
 
-    def paper(self, **kw) -> WorkloadSpec:
-        return WorkloadSpec("paper", apps=self.scale.apps, seed=self.scale.seed, **kw)
+    def paper(self, seed: int | None = None, **kw) -> WorkloadSpec:
+        return WorkloadSpec("paper", apps=self.scale.apps, seed=self.scale.seed if seed is None else seed, **kw)
 
-    def run(self, key: str, spec: WorkloadSpec, topo: Topology, names: Sequence[str], knobs: PolicyKnobs | None = None,
-            cfg: SimConfig | None = None) -> dict[str, Metrics]:  # fmt: skip
-        t0 = time.perf_counter()
-        trace = spec.load(topo.size)
-        res = run_policies(trace, topo, list(names), knobs or self.knobs, cfg or self.cfg)
-        self.timings[key] = time.perf_counter() - t0
-        self.record[key] = {n: m.summary.public() for n, m in res.items()}
-        print(f"{key}: {len(trace)} jobs, {self.timings[key]:.0f} s", flush=True)
-        return res
+    def add(self, key: str, spec: WorkloadSpec, shape: str, names: Sequence[str], knobs: PolicyKnobs | None = None,
+            cfg: SimConfig | None = None) -> None:  # fmt: skip
+        for n in names:
+            self.tasks.append(Task(key, n, spec, *SHAPES[shape], knobs or self.knobs, cfg or self.cfg))
 
-    def sweep(self, key: str, param: str, values: Sequence[float]) -> dict[str, Metrics]:
-        topo = Topology.uniform(2, 8, 4)
-        out: dict[str, Metrics] = {}
-        for v in values:
-            spec, knobs = self.paper(), self.knobs
-            if param == "f":
-                knobs = replace(knobs, fairness_knob=v)
-            elif param == "lease (s)":
-                knobs = replace(knobs, lease_s=v)
-            elif param == "contention":
-                spec = self.paper(contention=v)
-            else:
-                spec = self.paper(sensitive_fraction=v)
-            out[f"{param}={v:g}"] = self.run(f"{key}_{v:g}", spec, topo, ["themis"], knobs)["themis"]
-        series = {"themis": [m.summary.max_rho for m in out.values()]}
-        plots.sweep(param, list(values), series, "max rho", self.docs / f"sweep_{key}.png")
-        return out
+    def plan(self) -> None:
+        s = self.scale
+        self.add("paper64", self.paper(), "64", self.names)
+        self.add("paper32", self.paper(), "32", self.names)
+        for seed in s.extra_seeds:
+            knobs = replace(self.knobs, seed=seed)
+            self.add(f"seed{seed}", self.paper(seed), "64", ["themis", "maxmin", "slurm"], knobs,
+                     replace(self.cfg, seed=seed))  # fmt: skip
+        for v in s.f_values:
+            self.add(f"f_{v:g}", self.paper(), "64", ["themis"], replace(self.knobs, fairness_knob=v))
+        for v in s.lease_values:
+            self.add(f"lease_{v:g}", self.paper(), "64", ["themis"], replace(self.knobs, lease_s=v))
+        for v in s.contention_values:
+            self.add(f"contention_{v:g}", self.paper(contention=v), "64", ["themis"])
+        for v in s.sensitive_values:
+            self.add(f"sensitive_{v:g}", self.paper(sensitive_fraction=v), "64", ["themis"])
+        if PHILLY.is_file():
+            spec = WorkloadSpec("trace", path=str(PHILLY), fmt="chronus", loader_options={"skip_bad": True},
+                                max_jobs=s.philly_jobs)  # fmt: skip
+            self.add("philly", spec, "philly", self.names, cfg=replace(self.cfg, round_interval_s=60.0))
+        for spec_s in ("none", "uniform:1:3", "lognormal:0.5"):
+            cfg = replace(self.cfg, estimate_error=EstimateError.parse(spec_s))
+            self.add(f"estimates_{spec_s}", self.paper(), "64", [n for n in ESTIMATE_POLICIES if n in self.names],
+                     cfg=cfg)  # fmt: skip
+
+    def execute(self) -> None:
+        """Run every task, slowest first (Themis, the paper-size runs), on `workers` processes."""
+        same = lambda t: repr((t.policy, t.spec, SHAPES_OF(t), t.knobs, t.cfg))  # noqa: E731
+        unique: dict[str, Task] = {}
+        for t in self.tasks:  # an experiment that repeats another's setup (f = 0.8 in the f sweep) runs once
+            unique.setdefault(same(t), t)
+        order = sorted(unique.values(), key=lambda t: (t.policy != "themis", t.key.startswith("philly")))
+        done: dict[str, Metrics] = {}
+        with ProcessPoolExecutor(max_workers=self.workers) as pool:
+            for t, (key, policy, m, wall, n_jobs) in zip(order, pool.map(run_task, order), strict=True):
+                done[same(t)] = m
+                self.timings[f"{key}/{policy}"] = wall
+                print(f"{key}/{policy}: {n_jobs} jobs, {wall:.0f} s, max rho {m.summary.max_rho:.2f}", flush=True)
+        for t in self.tasks:  # in plan order, policies in registry order
+            self.results.setdefault(t.key, {})[t.policy] = done[same(t)]
+
+    def sweep_rows(self, prefix: str, param: str, values: Sequence[float]) -> dict[str, Metrics]:
+        rows = {f"{param}={v:g}": self.results[f"{prefix}_{v:g}"]["themis"] for v in values}
+        series = {"themis": [m.summary.max_rho for m in rows.values()]}
+        plots.sweep(param, list(values), series, "max rho", self.docs / f"sweep_{prefix}.png")
+        return rows
 
     def main(self) -> str:
         s, docs = self.scale, self.docs
         docs.mkdir(parents=True, exist_ok=True)
-        md: list[str] = []
         t_start = time.perf_counter()
-        # 1. paper workload, 64 and 32 GPUs
-        topo64 = Topology.uniform(2, 8, 4)
-        topo32 = Topology.uniform(2, 2, 8, islands_per_node=2)
-        r64 = self.run("paper64", self.paper(), topo64, self.names)
-        plots.rho_cdf(r64, docs / "paper64_rho_cdf.png")
-        plots.utilization(r64, docs / "paper64_utilization.png")
-        r32 = self.run("paper32", self.paper(), topo32, self.names)
-        plots.rho_cdf(r32, docs / "paper32_rho_cdf.png")
+        self.plan()
+        self.execute()
+        r = self.results
+        md: list[str] = []
+        # 1. paper workload, 64 and 32 GPUs, and the 64-GPU comparison on more seeds
+        plots.rho_cdf(r["paper64"], docs / "paper64_rho_cdf.png")
+        plots.utilization(r["paper64"], docs / "paper64_utilization.png")
+        plots.rho_cdf(r["paper32"], docs / "paper32_rho_cdf.png")
         md += ["## 1. The paper's workload, all policies", "",
-               "### 64 GPUs (2 racks x 8 nodes x 4 GPUs)", "", md_table(r64), "", targets(r64), "",
+               "### 64 GPUs (2 racks x 8 nodes x 4 GPUs)", "", md_table(r["paper64"]), "", targets(r["paper64"]), "",
                "![rho CDF, 64 GPUs](eval/paper64_rho_cdf.png) ![utilization, 64 GPUs](eval/paper64_utilization.png)", "",
-               "### 32 GPUs (2 racks x 2 machines x 2 islands x 4 GPUs)", "", md_table(r32), "", targets(r32), "",
-               "![rho CDF, 32 GPUs](eval/paper32_rho_cdf.png)", ""]  # fmt: skip
+               "### 32 GPUs (2 racks x 2 machines x 2 islands x 4 GPUs)", "", md_table(r["paper32"]), "",
+               targets(r["paper32"]), "", "![rho CDF, 32 GPUs](eval/paper32_rho_cdf.png)", ""]  # fmt: skip
+        if s.extra_seeds:
+            md += ["### Other seeds (64 GPUs; Themis and the two fairest baselines)", "",
+                   seeds_table({s.seed: r["paper64"], **{k: r[f"seed{k}"] for k in s.extra_seeds}}), ""]  # fmt: skip
         # 2. sweeps (Themis)
         md += ["## 2. Themis sweeps (64 GPUs)", ""]
-        for key, param, values in (("f", "f", s.f_values), ("lease", "lease (s)", s.lease_values),
-                                   ("contention", "contention", s.contention_values),
-                                   ("sensitive", "sensitive fraction", s.sensitive_values)):  # fmt: skip
-            rows = self.sweep(key, param, values)
-            md += [f"### {param}", "", md_table(rows, param), "", f"![max rho vs {param}](eval/sweep_{key}.png)", ""]
+        for prefix, param, values in (("f", "f", s.f_values), ("lease", "lease (s)", s.lease_values),
+                                      ("contention", "contention", s.contention_values),
+                                      ("sensitive", "sensitive fraction", s.sensitive_values)):  # fmt: skip
+            rows = self.sweep_rows(prefix, param, values)
+            md += [f"### {param}", "", md_table(rows, param), "", f"![max rho vs {param}](eval/sweep_{prefix}.png)", ""]
         # 3. philly_mix1
         md += ["## 3. philly_mix1 on 1,024 GPUs (8-GPU nodes, 16 per rack)", ""]
-        if PHILLY.is_file():
-            spec = WorkloadSpec("trace", path=str(PHILLY), fmt="chronus", loader_options={"skip_bad": True},
-                                max_jobs=s.philly_jobs)  # fmt: skip
-            rp = self.run("philly", spec, Topology.uniform(8, 16, 8), self.names, cfg=replace(self.cfg, round_interval_s=60.0))
-            plots.rho_cdf(rp, docs / "philly_rho_cdf.png")
-            md += [md_table(rp), "", targets(rp), "", "![rho CDF, philly](eval/philly_rho_cdf.png)", ""]
+        if "philly" in r:
+            plots.rho_cdf(r["philly"], docs / "philly_rho_cdf.png")
+            md += [md_table(r["philly"]), "", targets(r["philly"]), "", "![rho CDF, philly](eval/philly_rho_cdf.png)", ""]
         else:
             md += [f"Skipped: {PHILLY} not found.", ""]
         # 4. estimate errors
         md += ["## 4. Estimate errors (paper workload, 64 GPUs)", ""]
-        names = [n for n in ESTIMATE_POLICIES if n in self.names]
         for spec_s in ("none", "uniform:1:3", "lognormal:0.5"):
-            cfg = replace(self.cfg, estimate_error=EstimateError.parse(spec_s))
-            rows = self.run(f"estimates_{spec_s}", self.paper(), topo64, names, cfg=cfg)
-            md += [f"### {spec_s}", "", md_table(rows), ""]
+            md += [f"### {spec_s}", "", md_table(r[f"estimates_{spec_s}"]), ""]
         total = time.perf_counter() - t_start
-        (docs / "results.json").write_text(json.dumps({"scale": s.__dict__, "results": self.record,
+        record = {key: {n: m.summary.public() for n, m in rows.items()} for key, rows in r.items()}
+        (docs / "results.json").write_text(json.dumps({"scale": s.__dict__, "results": record,
                                                        "timings_s": self.timings}, indent=2) + "\n")  # fmt: skip
-        return header(s, total) + "\n".join(md)
+        return header(s, total, self.workers) + "\n".join(md)
 
 
-def header(s: Scale, total: float) -> str:
+def seeds_table(by_seed: Mapping[int, Mapping[str, Metrics]]) -> str:
+    """Max rho and GPU-hours of themis, maxmin and slurm per seed."""
+    names = ("themis", "maxmin", "slurm")
+    head = "| seed | " + " | ".join(f"{n} max rho" for n in names) + " | " + " | ".join(f"{n} GPU-h" for n in names) + " |"
+    lines = [head, "|---" * (2 * len(names) + 1) + "|"]
+    for seed, rows in by_seed.items():
+        cells = [f"{rows[n].summary.max_rho:.2f}" for n in names] + [f"{rows[n].summary.gpu_hours:,.0f}" for n in names]
+        lines.append(f"| {seed} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def header(s: Scale, total: float, workers: int) -> str:
     return f"""# Evaluation: Themis and baselines in the simulator
 
-Regenerate with `benchmarks/paper_eval.sh` (took {total / 60:.1f} min on this machine). Raw numbers:
+Regenerate with `benchmarks/paper_eval.sh` (took {total / 60:.1f} min on this machine, {workers} worker processes).
+Raw numbers:
 `docs/eval/results.json`. Metrics are defined in `themis_slurm/sim/metrics.py`: rho = T_sh / T_id per app
 (T_id with the app's time-averaged contention and true work), Jain's index over T_id / T_sh (the authors'
 form), GPU-hours = all GPU time held (placement slowdowns and restart costs included).
 
 Setup: paper workload synthesised from the published statistics (`workload_paper.py`), {s.apps} apps at
-contention 1, seed {s.seed}; lease 600 s, f = 0.8, restart cost 30 s unless swept. Policies are called at
-most every {s.round_interval_s:g} s (`--round-interval`; events in between are batched), which keeps the run
-under 20 minutes on 2 cores; philly_mix1 uses 60 s{"" if s.philly_jobs is None else f" and its first {s.philly_jobs} jobs"}.
-One seed per experiment: differences of a few percent are within noise.
+contention 1, seed {s.seed}; lease 600 s, f = 0.8, restart cost 30 s unless swept; Themis with the
+`{s.solver}` winner determination. Policies are called at most every {s.round_interval_s:g} s (`--round-interval`;
+events in between are batched); philly_mix1 uses 60 s{"" if s.philly_jobs is None else f" and its first {s.philly_jobs} jobs"}.
+One seed per experiment except where a table says otherwise: differences of a few percent are within noise.
 
 """
 
@@ -210,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--docs", type=Path, default=ROOT / "docs")
-    ap.add_argument("--apps", type=int, default=None, help="apps of the paper workload (default 12; the paper: 84)")
+    ap.add_argument("--apps", type=int, default=None, help="apps of the paper workload (default 84, as in the paper)")
+    ap.add_argument("--workers", type=int, default=2, help="simulations run in parallel (default 2)")
     ap.add_argument("--philly-jobs", type=int, default=None, help="only the first N jobs of philly_mix1 (default: all)")
     args = ap.parse_args(argv)
     scale = QUICK if args.quick else FULL
@@ -218,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         scale = replace(scale, apps=args.apps)
     if args.philly_jobs is not None:
         scale = replace(scale, philly_jobs=args.philly_jobs)
-    ev = Eval(scale, args.docs, args.docs / "eval")
+    ev = Eval(scale, args.docs, args.docs / "eval", args.workers)
     text = ev.main()
     notes = args.docs / "eval" / "discussion.md"  # hand-written analysis of the default run, appended as is
     if notes.is_file():

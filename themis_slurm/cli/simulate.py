@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from themis_slurm.core.arbiter import SOLVERS
 from themis_slurm.core.topology import Topology
 from themis_slurm.sim import report
 from themis_slurm.sim.engine import InvalidDecision, SimConfig, SimulationStalled
@@ -104,7 +105,10 @@ class _Progress:
 @click.option("--policies", help="Comma-separated policy names (default: all registered).")
 @click.option("--lease", type=float, default=600.0, show_default=True, help="Lease length, seconds.")
 @click.option("--fairness-knob", type=float, default=0.8, show_default=True, help="Themis f in [0, 1).")
-@click.option("--restart-cost", type=float, default=30.0, show_default=True, help="Seconds lost per restart.")
+@click.option("--restart-cost", type=float, default=30.0, show_default=True,
+              help="Seconds lost per restart (charged by the simulator; Themis's bids assume the same).")
+@click.option("--solver", type=click.Choice(SOLVERS), default="auto", show_default=True,
+              help="Themis winner determination: exact MILP for small rounds (auto), always exact, or fast greedy.")
 @click.option("--estimate-error", default="none", show_default=True, help="none | uniform:A:B | lognormal:SIGMA")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--sweep", help="NAME=v1,v2,... with NAME in fairness-knob, lease, contention, sensitive-fraction.")
@@ -229,7 +233,7 @@ def _options(o: dict[str, Any]):
         err = EstimateError.parse(o["estimate_error"])
     except ValueError as exc:
         raise _bad("--estimate-error", str(exc)) from None
-    knobs = PolicyKnobs(o["fairness_knob"], o["lease"], o["seed"])
+    knobs = PolicyKnobs(o["fairness_knob"], o["lease"], o["seed"], o["restart_cost"], o["solver"])
     cfg = SimConfig(restart_cost_s=o["restart_cost"], estimate_error=err, seed=o["seed"], elastic=o["elastic"],
                     node_shaped=o["node_shaped"], round_interval_s=o["round_interval"])  # fmt: skip
     names = _parse_policies(o["policies"])

@@ -54,7 +54,10 @@ class Agent:
 
     `jobs` are the app's jobs that want GPUs this round, in bidding order; `homes` maps lease holders
     (whose lease expires now) to the GPUs they hold, so that they can be renewed in place;
-    `base_throughput` is what the app keeps from leases that do not expire.
+    `base_throughput` is what the app keeps from leases that do not expire. `start_cost` is the fraction
+    of a lease a gang loses when it has to start (restart cost / lease length): a gang placed anywhere
+    but its home is valued at that much less throughput, so GPUs move between jobs only when the move
+    is worth a restart (this damps lease churn between near-equal apps).
     """
 
     def __init__(
@@ -65,16 +68,22 @@ class Agent:
         base_throughput: float,
         jobs: Sequence[Job],
         homes: Mapping[str, frozenset[int]] | None = None,
+        start_cost: float = 0.0,
     ) -> None:
+        if not 0.0 <= start_cost < 1.0:
+            raise ValueError(f"start_cost must be in [0, 1), got {start_cost}")
         self.app = app
+        #: throughput kept over a lease by a gang that must (re)start: a renewal in place keeps it all
+        self.start_keep = 1.0 - start_cost
         self.app_id = app.id
         self.model = model
         self.now = now
         self.base = base_throughput
         self.homes = dict(homes or {})
-        # renewals first (keep running in place), then the rest in the given order
+        # renewals first (keep running in place), then the longest remaining job first (LPT: the app's
+        # finish time is its last job's, so the critical path starts first), then by submit time
         self.jobs: tuple[Job, ...] = tuple(
-            sorted(jobs, key=lambda j: (j.id not in self.homes, j.submit, j.id))
+            sorted(jobs, key=lambda j: (j.id not in self.homes, -j.remaining / j.gpus, j.submit, j.id))
         )
         groups: dict[tuple, list[Job]] = {}
         for j in self.jobs:
@@ -85,6 +94,7 @@ class Agent:
         self._tid = model.t_id(app)
         self._elapsed = max(0.0, now - app.arrival)
         self._remaining = app.remaining_work
+        self._path = app.remaining_path
         self.rho_base = self.rho_of(0.0)
 
     def rho_of(self, extra_throughput: float) -> float:
@@ -92,7 +102,7 @@ class Agent:
         if self._tid <= 0:
             return 1.0
         x = self.base + extra_throughput
-        return shared_finish(self._elapsed, self._remaining, x, self.model.idle_throughput) / self._tid
+        return shared_finish(self._elapsed, self._remaining, x, self.model.idle_throughput, self._path) / self._tid
 
     def gain_of(self, extra_throughput: float) -> float:
         return math.log(self.rho_base) - math.log(self.rho_of(extra_throughput))
@@ -109,7 +119,7 @@ class Agent:
         best: Gang | None = None
         if found is not None:
             gpus, level = found
-            best = Gang(job.id, gpus, level, throughput(len(gpus), level, profile))
+            best = Gang(job.id, gpus, level, throughput(len(gpus), level, profile) * self.start_keep)
         if job.elastic and (best is None or best.level > Level.NODE):
             # a smaller, tighter allocation may beat a wide one for a placement-sensitive job
             nodes = within if within is not None else pool.topo.nodes
@@ -119,7 +129,7 @@ class Agent:
                 if g2 is None:
                     continue
                 lvl = pool.topo.level_of(g2)
-                cand = Gang(job.id, g2, lvl, throughput(n, lvl, profile))
+                cand = Gang(job.id, g2, lvl, throughput(n, lvl, profile) * self.start_keep)
                 if best is None or cand.throughput > best.throughput:
                     best = cand
                 break
@@ -141,7 +151,7 @@ class Agent:
             one = pool.find(1)
             if one is not None:
                 lvl = pool.topo.level_of(one)
-                out.append(Gang(job.id, one, lvl, throughput(1, lvl, get_profile(job.profile))))
+                out.append(Gang(job.id, one, lvl, throughput(1, lvl, get_profile(job.profile)) * self.start_keep))
         return out
 
     def chain(self, pool: Pool, within: Iterable[str] | None = None) -> list[Bundle]:

@@ -4,22 +4,26 @@ Steps (Themis NSDI 2020, section 4; choices in docs/design.md):
 
 1. **Pool**: free GPUs plus those of leases expiring now. Holders that cannot be preempted are renewed
    outright; holders that can become bidders for their own GPUs (renewal in place if they win).
-2. **Visibility**: every app with waiting work computes rho under its current allocation; the offer goes
-   to the ``max(1, floor((1 - f) * n))`` apps with the worst rho (f = fairness knob).
-3. **Bids**: each bidder's :class:`~themis_slurm.core.agent.Agent` values bundles by the rho they give.
+2. **Visibility**: every app with waiting work computes rho under the allocation it keeps once the
+   expiring leases are back in the pool (apps without an expiring lease: times 1 - restart/lease, the
+   cost of a move); the offer goes to the ``max(1, floor((1 - f) * n))`` worst (f = fairness knob).
+3. **Bids**: each bidder's :class:`~themis_slurm.core.agent.Agent` values bundles by the rho they give
+   (a gang that must start counts 1 - restart/lease of its throughput).
 4. **Winner determination** (exact MILP for small rounds, fast greedy otherwise), then **hidden
    payments**: each winner keeps whole gangs worth c_i of what it won, the last gang by a lottery drawn
-   from a hash of (seed, now, app id) so that the expected share is exactly c_i and a round stays pure.
+   from a hash of (seed, now, app id) so that the expected share is exactly c_i and a round stays pure;
+   a withheld renewal keeps its GPUs on a lease cut to c_i of a lease instead. A winner then keeps its
+   gangs only until its rho is down to the worst rho outside the auction (the visibility stop).
 5. **Leftover**: withheld and unbid GPUs go first to the apps outside the auction, then to the apps
-   that paid no hidden payment, then to anyone, by the same marginal-rho greedy, until no waiting job
-   fits: no GPU idles while work that fits waits (work conservation wins over the incentive when only
-   a payer can use a GPU).
+   that paid no hidden payment, then to anyone, worst rho first, until no waiting job fits: no GPU
+   idles while work that fits waits (work conservation wins over the incentive when only a payer can
+   use a GPU).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from themis_slurm.core.agent import Agent, Gang
@@ -39,6 +43,8 @@ from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import App, Job, Lease
 
 SOLVERS = ("auto", "exact", "fast")
+#: shortest lease, as a fraction of a lease, a renewal keeps when its hidden payment cuts it (c_i near 0)
+MIN_CUT = 0.05
 
 
 @dataclass(frozen=True)
@@ -53,12 +59,15 @@ class ArbiterConfig:
     idle_throughput: float = 0.1
     hidden_payments: bool = True
     seed: int = 0
+    restart_cost_s: float = 30.0  # work lost by a (re)start; bids discount non-renewal gangs by restart/lease
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.fairness_knob < 1.0:
             raise ValueError(f"fairness_knob must be in [0, 1), got {self.fairness_knob}")
         if not self.lease_s > 0:
             raise ValueError(f"lease_s must be > 0 seconds, got {self.lease_s}")
+        if not self.restart_cost_s >= 0:
+            raise ValueError(f"restart_cost_s must be >= 0 seconds, got {self.restart_cost_s}")
         if self.solver not in SOLVERS:
             raise ValueError(f"solver must be one of {', '.join(SOLVERS)}, got {self.solver!r}")
 
@@ -120,6 +129,7 @@ def run_round(state: ClusterState, config: ArbiterConfig | None = None) -> Decis
     _validate(state, jobs)
     model = FairnessModel(topo, state.cluster_gpus or topo.size, cfg.idle_throughput)
     expiry = now + cfg.lease_s
+    start_cost = min(0.5, cfg.restart_cost_s / cfg.lease_s)
 
     # 1. pool: free + expiring preemptible leases
     renewals: list[Renewal] = []
@@ -139,17 +149,21 @@ def run_round(state: ClusterState, config: ArbiterConfig | None = None) -> Decis
     pool = Pool(topo, pool_ids)
     offered = pool.size
 
-    # 2. agents for apps with waiting work; rank by rho under the current allocation
+    # 2. agents for apps with waiting work; rank by rho under the allocation each keeps once the expiring
+    #    leases have returned to the pool (the GPUs being re-auctioned are nobody's)
     agents: dict[str, Agent] = {}
     rho_now: dict[str, float] = {}
     for app in state.apps:
         base = sum(job_throughput(j, held[j.id].gpus, topo) for j in app.jobs if j.id in held)
-        cur = base + sum(job_throughput(j, homes[j.id], topo) for j in app.jobs if j.id in homes)
-        rho_now[app.id] = model.rho(app, now, cur)
+        rho_now[app.id] = model.rho(app, now, base)
         waiting = [j for j in app.jobs if j.id not in held]
         if waiting:
-            agents[app.id] = Agent(app, model, now, base, waiting, {j.id: homes[j.id] for j in waiting if j.id in homes})
-    ranked = sorted(agents, key=lambda a: (-rho_now[a], a))
+            agents[app.id] = Agent(app, model, now, base, waiting, {j.id: homes[j.id] for j in waiting if j.id in homes},
+                                   start_cost)  # fmt: skip
+    # an app whose leases expire now ranks by its rho without them; any other app's rho is discounted by
+    # the restart a move costs (as its bids are), so leases do not flip between near-equal apps
+    urgency = {a: rho_now[a] * (1.0 if agents[a].homes else 1.0 - start_cost) for a in agents}
+    ranked = sorted(agents, key=lambda a: (-urgency[a], a))
     n_bid = bidders_offered(cfg.fairness_knob, len(ranked))
     bidders = [agents[a] for a in ranked[:n_bid]]
 
@@ -174,19 +188,38 @@ def run_round(state: ClusterState, config: ArbiterConfig | None = None) -> Decis
                 payments = hidden_payments(bidders, pool, x_star, draws=draws)
     got: dict[str, list[Gang]] = {}
     source: dict[str, str] = {}
+    kept_gpus: dict[str, int] = {}
+    outside = [rho_now[a] for a in ranked[n_bid:]]
+    level = max(outside) if outside else 0.0  # the worst rho outside the auction
+    cut: dict[str, float] = {}  # renewals paid for in lease time: job -> shortened expiry
+    stopped: set[str] = set()  # winners the visibility stop cut short: they rejoin the leftover as equals
     for aid, won in x_star.bundles.items():
-        kept = payments[aid].kept if aid in payments else won.gangs
+        pay = payments.get(aid)
+        kept: Sequence[Gang] = won.gangs
+        if pay is not None:
+            # a withheld gang that is a renewal stays, on a lease cut to c_i of a lease: the payment is
+            # the same GPU-time in expectation, and the lottery never preempts a running job
+            renewed = {g.job_id for g in pay.withheld if homes.get(g.job_id) == g.gpus}
+            for jid in renewed:
+                cut[jid] = now + max(pay.fraction, MIN_CUT) * cfg.lease_s
+            keep = {g.job_id for g in pay.kept} | renewed
+            kept = [g for g in won.gangs if g.job_id in keep]
+        stop = _up_to(agents[aid], kept, level)
+        if len(stop) < len(kept):
+            stopped.add(aid)
+        kept = stop
+        kept_gpus[aid] = sum(len(g.gpus) for g in kept)
         if kept:
             pool.take(frozenset().union(*(g.gpus for g in kept)))
             got[aid] = list(kept)
             for g in kept:
                 source[g.job_id] = "auction"
 
-    # 5. leftover: first to the apps outside the auction (as in the paper), then to every app that paid no
-    #    hidden payment (withheld GPUs must not flow straight back to their payer), then to everyone,
-    #    until no waiting job fits (work conservation)
+    # 5. leftover: first to the apps outside the auction (as in the paper) and the winners the visibility
+    #    stop cut short, then to every app that paid no hidden payment (withheld GPUs must not flow
+    #    straight back to their payer), then to everyone, until no waiting job fits (work conservation)
     paid = {aid for aid, p in payments.items() if p.withheld}
-    bidder_ids = {a.app_id for a in bidders}
+    bidder_ids = {a.app_id for a in bidders} - (stopped - paid)
     before = {aid: len(gs) for aid, gs in got.items()}
     phases = [[a for a in agents.values() if a.app_id not in bidder_ids]]
     if paid:
@@ -195,14 +228,34 @@ def run_round(state: ClusterState, config: ArbiterConfig | None = None) -> Decis
     for group in phases:
         if not group or not pool.size:
             continue
-        got = {**got, **greedy_fill(group, pool, {a.app_id: got.get(a.app_id, []) for a in group})}
+        got = {**got, **greedy_fill(group, pool, {a.app_id: got.get(a.app_id, []) for a in group}, by="rho")}
     for aid, gangs in got.items():
         for g in gangs[before.get(aid, 0) :]:
             source.setdefault(g.job_id, "leftover")
 
     got = _keep_holders_in_place(got, homes, jobs, source)
-    return _decide(state, cfg, model, agents, bidders, rho_now, x_star, payments, got, source, homes,
-                   renewals, expiry, offered, pool, jobs)  # fmt: skip
+    cut = {jid: t for jid, t in cut.items() if jid in source}
+    return _decide(state, cfg, model, agents, bidders, rho_now, ranked, x_star, payments, kept_gpus, cut, got, source,
+                   homes, renewals, expiry, offered, pool, jobs)  # fmt: skip
+
+
+def _up_to(agent: Agent, gangs: Sequence[Gang], level: float) -> tuple[Gang, ...]:
+    """The winner's gangs, in its bidding order, until its rho is down to `level` (0: all of them); the
+    first gang always (a bidder is at least tied for worst).
+
+    Visibility exists to lift the worst apps (section 4.1); a winner whose rho is already no worse than
+    every app outside the auction stops taking GPUs there, and the rest flows to the leftover, which
+    hands it to the worst apps first. Without this stop, one or two bidders (small clusters: f = 0.8 and
+    under ten apps) take every GPU that frees up, and the pool rotates from app to app lease by lease.
+    """
+    out: list[Gang] = []
+    x = 0.0
+    for g in gangs:
+        if level > 0 and out and agent.rho_of(x) <= level:
+            break
+        out.append(g)
+        x += g.throughput
+    return tuple(out)
 
 
 def _kind(job: Job) -> tuple:
@@ -254,8 +307,11 @@ def _decide(
     agents: Mapping[str, Agent],
     bidders: list[Agent],
     rho_now: Mapping[str, float],
+    ranked: Sequence[str],
     x_star: Allocation,
     payments: Mapping[str, Payment],
+    kept_gpus: Mapping[str, int],
+    cut: Mapping[str, float],
     got: Mapping[str, list[Gang]],
     source: Mapping[str, str],
     homes: Mapping[str, frozenset[int]],
@@ -275,7 +331,9 @@ def _decide(
             home = homes.get(g.job_id)
             if home is not None and home == g.gpus:
                 why = "won its GPUs back in the auction" if source[g.job_id] == "auction" else "kept its GPUs as leftover"
-                renewals.append(Renewal(g.job_id, aid, g.gpus, expiry, why))
+                if g.job_id in cut:
+                    why += f" (lease cut to {cut[g.job_id] - state.now:.0f} s: hidden payment)"
+                renewals.append(Renewal(g.job_id, aid, g.gpus, cut.get(g.job_id, expiry), why))
                 continue
             if home is not None:
                 preemptions.append(Preemption(g.job_id, aid, home, "lease expired; moved to other GPUs"))
@@ -288,7 +346,7 @@ def _decide(
             preemptions.append(Preemption(jid, jobs[jid].app_id, home, "lease expired and lost the auction"))
 
     bid_ids = {a.app_id for a in bidders}
-    rank = {aid: k + 1 for k, aid in enumerate(sorted(agents, key=lambda a: (-rho_now[a], a)))}
+    rank = {aid: k + 1 for k, aid in enumerate(ranked)}
     records: dict[str, AppRecord] = {}
     for app in state.apps:
         aid = app.id
@@ -297,7 +355,7 @@ def _decide(
         rho_after = ag.rho_of(sum(g.throughput for g in gangs)) if ag is not None else rho_now[aid]
         won = x_star.bundles.get(aid)
         pay = payments.get(aid)
-        kept = len(frozenset().union(*(g.gpus for g in pay.kept))) if pay else (len(won.gpus) if won else 0)
+        kept = kept_gpus.get(aid, 0)
         total = len(frozenset().union(*(g.gpus for g in gangs))) if gangs else 0
         leftover = total - kept
         if ag is None:
@@ -309,6 +367,8 @@ def _decide(
                 reason = f"bid (rank {rank[aid]}), won {len(won.gpus)} GPU(s)"
                 if pay is not None and pay.withheld:
                     reason += f", kept {kept} after hidden payment c={pay.fraction:.3f}"
+                elif kept < len(won.gpus):
+                    reason += f", kept {kept} (rho down to the worst outside the auction)"
         else:
             reason = f"not offered (rank {rank[aid]} of {len(agents)}; f={cfg.fairness_knob})"
         if leftover:

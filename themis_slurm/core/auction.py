@@ -83,13 +83,20 @@ def greedy_fill(
     already hold in this round (their GPUs must already be out of the pool): marginal gains are computed
     on top of them. Returns all gangs per app, `start` included. Stops when no app's next gang fits.
     `by` orders the heap: "density" (gain per GPU, the default) or "gain" (absolute marginal gain, which
-    favours wide gangs that density would starve by fragmenting the pool).
+    favours wide gangs that density would starve by fragmenting the pool), or "rho": the app with the
+    worst rho so far gets its next gang (water-filling on rho, what the leftover uses: the authors' code
+    re-auctions what is left to the next-worst apps). With "rho" a gang that would have to (re)start
+    counts the app's rho times the agent's `start_keep`, so a lease holder keeps its GPUs unless another
+    app is worse by more than the restart costs (no ping-pong between near-equal apps).
 
     Jobs of one kind (same shape and profile) are interchangeable, so each app keeps one queue per kind
     and only the head of each queue is placed; a kind that does not fit is dropped for the rest of the
     fill (the pool only shrinks).
     """
+    if by not in ("density", "gain", "rho"):
+        raise ValueError(f"by must be density, gain or rho, got {by!r}")
     per_gpu = by == "density"
+    worst_first = by == "rho"
     order = {a.app_id: k for k, a in enumerate(agents)}
     states: dict[str, _State] = {}
     for a in agents:
@@ -105,7 +112,7 @@ def greedy_fill(
     heap: list[tuple[float, int, str, int, Gang]] = []
 
     def push(aid: str) -> None:
-        """Queue the app's best next gang: the best marginal gain among its job kinds that still fit."""
+        """Queue the app's best next gang among its job kinds that still fit."""
         st, ag = states[aid], by_id[aid]
         best: tuple[float, Gang, int] | None = None
         log_now = math.log(ag.rho_of(st.x))
@@ -117,10 +124,18 @@ def greedy_fill(
             if hit is not None and hit[0] == job.id and all(g in pool for o in hit[1] for g in o.gpus):
                 options = hit[1]  # still free, so still the tightest: the pool only shrank
             else:
-                options = ag.options(job, pool, elastic_small)
+                options = ag.options(job, pool, elastic_small and not worst_first)
                 st.cache[qi] = (job.id, options)
             if not options:
                 q.clear()
+                continue
+            if worst_first:
+                # the app's rho now, discounted by the restart a gang away from its home costs
+                gang = options[0]
+                at_home = ag.homes.get(job.id) == gang.gpus
+                prio = log_now + (0.0 if at_home else math.log(ag.start_keep))
+                if best is None or prio > best[0] + 1e-12:
+                    best = (prio, gang, qi)
                 continue
             for gang in options:
                 gain = log_now - math.log(ag.rho_of(st.x + gang.throughput))

@@ -10,8 +10,13 @@ Choices (docs/design.md, "Finish-time fairness", has the reasons):
   use. The share is treated as fluid (a gang wider than C/N is time-sliced on it), as the authors'
   simulator does with max(1, demand / C).
 * **T_sh** is elapsed time plus the remaining work at the throughput of the allocation being valued:
-  ``T_sh = (now - arrival) + remaining_work / X``, the authors' online estimate generalised to several
-  jobs (an app keeps feeding its jobs into the GPUs it holds).
+  ``T_sh = (now - arrival) + max(remaining_work / X, path)``, the authors' online estimate generalised to
+  several jobs (an app keeps feeding its jobs into the GPUs it holds), with `path` the longest remaining
+  job on its own gang: extra GPUs cannot finish an app before its longest job.
+* **Critical path**: T_id is floored the same way, by the longest job's submit offset plus its run time on
+  its own gang at the best placement (:func:`~themis_slurm.core.workload.job_path`): a private cluster of
+  any size cannot finish a 5-hour one-GPU job in 3 hours. Without the floor an app of a few long one-GPU
+  jobs has rho > 1 under every policy (the authors' after-the-fact T_ideal divides by max parallelism only).
 * **No allocation** (X below ``idle_throughput``, default 0.1): T_sh is that of one GPU divided by
   idle_throughput, ``(elapsed + remaining) / 0.1``, so an app with nothing has exactly 10x the rho one
   GPU would give it, however long it has waited. rho, gains and hidden payments stay finite, and the
@@ -28,7 +33,7 @@ from dataclasses import dataclass
 
 from themis_slurm.core.placement import get_profile
 from themis_slurm.core.topology import Level, Topology
-from themis_slurm.core.workload import App, Job
+from themis_slurm.core.workload import App, Job, job_path
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,21 +88,25 @@ class FairnessModel:
         return cached
 
     def t_id(self, app: App) -> float:
-        """Finish time on a private 1/N share, from arrival (seconds)."""
+        """Finish time on a private 1/N share, from arrival (seconds): the fluid time, floored by the
+        longest job (a gang cannot finish sooner than on all its GPUs, however big the share)."""
         work = app.total_work
         if work <= 0:
             return 0.0
         share = min(float(app.max_parallelism), self.cluster_gpus / max(1.0, app.contention))
+        path = app.finished_path
         if app.jobs:
             wsum = sum(j.work for j in app.jobs)
             factor = sum(j.work * self.best_factor(j) for j in app.jobs) / wsum
+            path = max(path, max(job_path(j, app.arrival, self.best_factor(j)) for j in app.jobs))
         else:
             factor = 1.0
-        return work / (max(share, 1e-9) * factor)
+        return max(work / (max(share, 1e-9) * factor), path)
 
     def t_sh(self, app: App, now: float, throughput: float) -> float:
         """Estimated finish time in the shared cluster under an allocation of `throughput`."""
-        return shared_finish(max(0.0, now - app.arrival), app.remaining_work, throughput, self.idle_throughput)
+        return shared_finish(max(0.0, now - app.arrival), app.remaining_work, throughput, self.idle_throughput,
+                             app.remaining_path)  # fmt: skip
 
     def rho(self, app: App, now: float, throughput: float) -> float:
         """rho = T_sh / T_id; 1.0 for an app with no work at all."""
@@ -107,15 +116,20 @@ class FairnessModel:
         return self.t_sh(app, now, throughput) / tid
 
 
-def shared_finish(elapsed: float, remaining: float, throughput: float, idle_throughput: float) -> float:
-    """T_sh = elapsed + remaining / X; with no allocation (X < idle_throughput), T_sh at one GPU / idle_throughput.
+def shared_finish(
+    elapsed: float, remaining: float, throughput: float, idle_throughput: float, path: float = 0.0
+) -> float:
+    """T_sh = elapsed + max(remaining / X, path); with no allocation (X < idle_throughput), T_sh at one GPU
+    divided by idle_throughput.
 
+    `path` is the longest remaining job's run time on its own gang (:attr:`App.remaining_path`): more GPUs
+    cannot finish the app before its longest job, so they stop lowering rho there, as in T_id's floor.
     The no-allocation value keeps rho(nothing) = rho(one GPU) / idle_throughput for every elapsed time
     (module docstring): it is the largest T_sh for any X >= 0, so T_sh never increases with X.
     """
     if throughput >= idle_throughput:
-        return elapsed + remaining / throughput
-    return (elapsed + remaining) / idle_throughput
+        return elapsed + max(remaining / throughput, path)
+    return (elapsed + max(remaining, path)) / idle_throughput
 
 
 def job_throughput(job: Job, gpus: Iterable[int], topology: Topology) -> float:

@@ -86,7 +86,8 @@ class App:
     `contention` is the time-averaged number of apps contending during this app's life so far (N in
     T_id, see fairness.py); the caller keeps it with :class:`themis_slurm.core.fairness.ContentionClock`.
     `finished_work` and `peak_gpus` remember jobs that already left, so T_id does not shrink as an
-    app's jobs complete.
+    app's jobs complete; so does `finished_path`, the latest a finished job could have ended on a private
+    cluster (seconds after `arrival`: its submit offset plus work / gpus, see :func:`job_path`).
     """
 
     id: str
@@ -96,6 +97,7 @@ class App:
     contention: float = 1.0
     finished_work: float = 0.0
     peak_gpus: int = 0
+    finished_path: float = 0.0
 
     def __post_init__(self) -> None:
         for j in self.jobs:
@@ -113,6 +115,20 @@ class App:
         return sum(j.remaining for j in self.jobs)
 
     @property
+    def remaining_path(self) -> float:
+        """Seconds the longest remaining job needs on all its GPUs: no allocation finishes the app sooner."""
+        return max((j.remaining / j.gpus for j in self.jobs), default=0.0)
+
+    @property
     def max_parallelism(self) -> int:
         """GPUs the app could use at once: its peak demand (at least what its current jobs ask for)."""
         return max(self.peak_gpus, sum(j.gpus for j in self.jobs))
+
+
+def job_path(job: Job, arrival: float, factor: float = 1.0) -> float:
+    """The earliest a job can end, in seconds after its app's arrival, on any private cluster.
+
+    A gang cannot run faster than on all its GPUs at once: its submit offset plus ``work / (gpus x factor)``
+    (factor: its placement factor, 1 for a gang inside one machine). The floor of T_id (fairness.py).
+    """
+    return max(0.0, job.submit - arrival) + job.work / (job.gpus * factor)

@@ -37,6 +37,7 @@ class SchedulerConfig:
     fairness_knob: float = 0.8
     solver: str = "auto"
     release_timeout_s: float = 60.0
+    restart_cost_s: float = 60.0
 
     @property
     def lease_s(self) -> float:
@@ -229,6 +230,7 @@ _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
         "fairness_knob": knob,
         "solver": one_of(SOLVERS),
         "release_timeout_s": positive,
+        "restart_cost_s": non_negative,
     }),
     "estimates": (EstimatesConfig, {"default_s": positive, "min_s": positive, "max_s": positive}),
     "slurm": (SlurmConfig, {

@@ -200,14 +200,14 @@ class _A:
     """Mutable per-app bookkeeping."""
 
     __slots__ = ("id", "owner", "arrival", "cint0", "total", "completed", "present", "demand", "peak",
-                 "finished_work", "finish", "contention")  # fmt: skip
+                 "finished_work", "finished_path", "finish", "contention")  # fmt: skip
 
     def __init__(self, app_id: str, owner: str, arrival: float, cint0: float, total: int) -> None:
         self.id, self.owner, self.arrival, self.cint0, self.total = app_id, owner, arrival, cint0, total
         self.completed = 0
         self.present: dict[str, _J] = {}
         self.demand = self.peak = 0
-        self.finished_work = 0.0
+        self.finished_work = self.finished_path = 0.0
         self.finish = math.nan
         self.contention = 1.0
 
@@ -441,6 +441,7 @@ class Simulator:
         a.demand -= j.gpus
         a.completed += 1
         a.finished_work += j.true_work
+        a.finished_path = max(a.finished_path, max(0.0, j.tj.arrival_s - a.arrival) + j.true_work / j.gpus)
         if not a.present:
             del self._active[a.id]
         if a.completed == a.total:
@@ -515,7 +516,8 @@ class Simulator:
                 snaps.append(s)
                 jobs[j.id] = s
             contention = (self._cint - a.cint0) / (t - a.arrival) if t > a.arrival else n_now
-            apps.append(App(a.id, a.owner, a.arrival, tuple(snaps), contention, a.finished_work, a.peak))
+            apps.append(App(a.id, a.owner, a.arrival, tuple(snaps), contention, a.finished_work, a.peak,
+                            a.finished_path))
         leases = tuple(j.lease for j in self._running.values() if j.lease is not None)
         state = ClusterState(self.topo, t, frozenset(self._free), leases, tuple(apps), self.topo.size)
         return state, jobs

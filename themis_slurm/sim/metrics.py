@@ -6,7 +6,8 @@ Fairness (Themis NSDI 2020, section 3; themis-facts.md):
 * ``T_id`` is :meth:`FairnessModel.t_id` after the fact, with TRUE work: the app's total work on a private
   1/N share, N = its time-averaged contention over its whole life (the simulator's contention clock), the
   share capped at the app's peak concurrent GPU demand (its jobs did not all exist at once, so summing their
-  GPUs would overstate what it could use), and the work-weighted best placement factor of its jobs.
+  GPUs would overstate what it could use), and the work-weighted best placement factor of its jobs;
+  floored by its longest job (submit offset + true run time at best placement), as in FairnessModel.t_id.
 * ``rho = T_sh / T_id``; rho <= 1 means the sharing incentive held for the app.
 * ``jain`` is Jain's index over each app's ``T_id / T_sh = 1/rho``, the form the authors computed;
   ``jain_rho`` (over rho itself) is also given.
@@ -25,7 +26,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from themis_slurm.core.fairness import FairnessModel
-from themis_slurm.core.workload import App, Job
+from themis_slurm.core.workload import App, Job, job_path
 from themis_slurm.sim.engine import SimResult
 
 #: The keys of the --json summary, in order.
@@ -105,7 +106,8 @@ def app_t_id(model: FairnessModel, app_id: str, owner: str, arrival: float, cont
     factor = math.fsum(j.work * model.best_factor(j) for j in jobs) / work
     # t_id of an app with no live jobs uses factor 1 and max parallelism = peak_gpus; apply the factor here
     shell = App(app_id, owner, arrival, (), contention, work, peak_gpus)
-    return model.t_id(shell) / factor
+    path = max(job_path(j, arrival, model.best_factor(j)) for j in jobs)
+    return max(model.t_id(shell) / factor, path)
 
 
 def compute(result: SimResult) -> Metrics:
@@ -114,7 +116,7 @@ def compute(result: SimResult) -> Metrics:
     model = FairnessModel(topo, topo.size)
     by_app: dict[str, list[Job]] = {}
     for j in result.jobs:
-        by_app.setdefault(j.app_id, []).append(Job(j.job_id, j.app_id, j.gpus, j.true_work, profile=j.profile))
+        by_app.setdefault(j.app_id, []).append(Job(j.job_id, j.app_id, j.gpus, j.true_work, profile=j.profile, submit=j.arrival))
     apps: list[AppMetrics] = []
     for a in result.apps:
         t_sh = a.finish - a.arrival

@@ -40,9 +40,12 @@ class PolicyKnobs:
     fairness_knob: float = 0.8
     lease_s: float = 600.0
     seed: int = 0
+    restart_cost_s: float = 30.0  # what Themis's bids assume; the simulator charges SimConfig's
+    solver: str = "auto"  # Themis's winner determination
 
     def arbiter_config(self) -> ArbiterConfig:
-        return ArbiterConfig(fairness_knob=self.fairness_knob, lease_s=self.lease_s, seed=self.seed)
+        return ArbiterConfig(fairness_knob=self.fairness_knob, lease_s=self.lease_s, seed=self.seed,
+                             restart_cost_s=self.restart_cost_s, solver=self.solver)  # fmt: skip
 
 
 def make_policy(name: str, knobs: PolicyKnobs) -> Policy:

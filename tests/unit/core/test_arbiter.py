@@ -199,7 +199,8 @@ def test_validation_errors_name_the_problem() -> None:
 def test_hand_computed_three_apps_eight_gpus() -> None:
     """docs/design.md works this example by hand; every number below is from there.
 
-    1 rack, 2 nodes x 4 GPUs; N = 3, C = 8 (share 8/3); now = 100 s; all apps arrived at 0; f = 0.
+    1 rack, 2 nodes x 4 GPUs; N = 3, C = 8 (share 8/3); now = 100 s; all apps arrived at 0; f = 0; no
+    restart cost in bids. No job is longer than its app's fluid T_id, so the critical-path floors do not bind.
       A: one 4-GPU vgg16 gang, 4000 GPU-s.  T_id = 4000 / (8/3) = 1500
       B: two 2-GPU gangs, 1200 GPU-s each.  T_id = 2400 / (8/3) = 900
       C: one 1-GPU job, 500 GPU-s (can use 1 GPU only). T_id = 500
@@ -212,8 +213,8 @@ def test_hand_computed_three_apps_eight_gpus() -> None:
     Gangs are kept by lottery (keep_fraction): A's and C's draws (payment_draw(0, 100.0, id) = 0.696 and 0.813)
     are above their c = 0.5385, so both single gangs are withheld.
     Leftover: no app is outside the auction (f = 0); B paid nothing and gets its second gang (rho 700/900);
-    then work conservation:
-    C's 1-GPU job fits and gets a GPU back; A's 4-GPU gang does not fit in the 3 idle GPUs.
+    then work conservation, worst rho first: A (rho 41000/1500, worse than C's 6000/500) gets its 4-GPU gang
+    on the free node; nothing is left for C's job; no GPU idles.
     """
     topo = Topology.uniform(1, 2, 4)
     A = App("A", "u", 0.0, (Job("A1", "A", 4, 4000.0, profile="vgg16"),), contention=3)
@@ -221,7 +222,7 @@ def test_hand_computed_three_apps_eight_gpus() -> None:
     C = App("C", "u", 0.0, (Job("C1", "C", 1, 500.0, profile="none"),), contention=3)
     for solver in ("exact", "fast"):
         state = ClusterState(topo, 100.0, frozenset(range(8)), (), (A, B, C))
-        d = run_round(state, ArbiterConfig(fairness_knob=0.0, solver=solver))
+        d = run_round(state, ArbiterConfig(fairness_knob=0.0, solver=solver, restart_cost_s=0.0))
         check_invariants(state, d)
         r = d.apps
         assert r["A"].rho_before == pytest.approx(41000 / 1500)
@@ -239,11 +240,11 @@ def test_hand_computed_three_apps_eight_gpus() -> None:
         assert r["A"].payment_fraction == pytest.approx(0.5385, abs=1e-4)
         assert r["B"].payment_fraction == pytest.approx(1.0)
         assert r["C"].payment_fraction == pytest.approx(0.5385, abs=1e-4)
-        assert sorted((g.job_id, g.source) for g in d.grants) == [("B1", "auction"), ("B2", "leftover"), ("C1", "leftover")]
-        assert r["A"].rho_after == pytest.approx(41000 / 1500)
+        assert sorted((g.job_id, g.source) for g in d.grants) == [("A1", "leftover"), ("B1", "auction"), ("B2", "leftover")]
+        assert r["A"].rho_after == pytest.approx(1100 / 1500)
         assert r["B"].rho_after == pytest.approx(700 / 900)
-        assert r["C"].rho_after == pytest.approx(600 / 500)
-        assert len(d.idle_gpus) == 3
+        assert r["C"].rho_after == pytest.approx(6000 / 500)
+        assert len(d.idle_gpus) == 0
 
 
 def test_bidders_offered_is_floor_of_one_minus_f_times_n_without_rounding_errors() -> None:

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from themis_slurm.core.fairness import ContentionClock, FairnessModel, job_throughput
+from themis_slurm.core.fairness import ContentionClock, FairnessModel, job_throughput, shared_finish
 from themis_slurm.core.topology import Topology
-from themis_slurm.core.workload import App, Job
+from themis_slurm.core.workload import App, Job, job_path
 
 
 def model(gpus: int = 8, islands: int = 1) -> FairnessModel:
@@ -109,3 +109,62 @@ def test_job_validation_names_the_field() -> None:
         Job("j", "a", 8, 1.0, gpus_per_node=4, nodes=3)
     with pytest.raises(ValueError, match="belongs to app"):
         App("b", "u", 0.0, (Job("j", "a", 1, 1.0),))
+
+
+H = 3600.0  # one hour, in seconds
+
+
+def test_t_id_is_floored_by_the_longest_job() -> None:
+    """64 GPUs, N = 1: jobs of 5 h and 1 h on 1 GPU each. Fluid time 6 h / min(2, 64) = 3 h, but the 5-hour
+    job alone needs 5 h on its own GPU: T_id = 5 h."""
+    m = model(64)
+    app = App("a", "u", 0.0, (Job("long", "a", 1, 5 * H, profile="none"), Job("short", "a", 1, H, profile="none")))
+    assert m.t_id(app) == pytest.approx(5 * H)
+    no_floor = App("b", "u", 0.0, (Job("x", "b", 2, 6 * H, profile="none"),))  # one 2-GPU gang: 6 h / 2
+    assert m.t_id(no_floor) == pytest.approx(3 * H)
+
+
+def test_job_path_counts_the_submit_offset() -> None:
+    """Submitted 1 h after the app's arrival, 2 h of work on 1 GPU: the job cannot end before 3 h. As the
+    app's only job, fluid T_id is 2 h, so the path sets T_id = 3 h."""
+    job = Job("j", "a", 1, 2 * H, profile="none", submit=100.0 + H)
+    assert job_path(job, 100.0) == pytest.approx(3 * H)
+    assert job_path(Job("k", "a", 2, 2 * H), 100.0, factor=0.5) == pytest.approx(2 * H)  # 2 h / (2 GPUs x 0.5)
+    assert job_path(Job("early", "a", 1, H, submit=0.0), 100.0) == pytest.approx(H)  # no negative offset
+    assert model(64).t_id(App("a", "u", 100.0, (job,))) == pytest.approx(3 * H)
+
+
+def test_finished_path_keeps_t_id_after_the_long_job_leaves() -> None:
+    """The 5-hour job has finished: only the 1-hour job is left. finished_work = 5 h and peak_gpus = 2
+    keep the fluid time at 6 h / 2 = 3 h; finished_path = 5 h keeps the floor: T_id stays 5 h."""
+    m = model(64)
+    short = (Job("short", "a", 1, H, profile="none"),)
+    kept = App("a", "u", 0.0, short, finished_work=5 * H, peak_gpus=2, finished_path=5 * H)
+    assert m.t_id(kept) == pytest.approx(5 * H)
+    forgot = App("a", "u", 0.0, short, finished_work=5 * H, peak_gpus=2)
+    assert m.t_id(forgot) == pytest.approx(3 * H)
+
+
+def test_shared_finish_is_floored_by_the_remaining_path() -> None:
+    """T_sh = elapsed + max(remaining / X, path): 100 + max(1000 / 10, 500) = 600 = 100 + max(1000 / 2, 500);
+    X = 1: 100 + 1000 = 1100. No allocation: (100 + max(1000, 500)) / 0.1 = 11000."""
+    assert shared_finish(100.0, 1000.0, 10.0, 0.1, path=500.0) == pytest.approx(600.0)
+    assert shared_finish(100.0, 1000.0, 2.0, 0.1, path=500.0) == pytest.approx(600.0)
+    assert shared_finish(100.0, 1000.0, 1.0, 0.1, path=500.0) == pytest.approx(1100.0)
+    assert shared_finish(100.0, 1000.0, 0.0, 0.1, path=500.0) == pytest.approx(11000.0)
+    assert shared_finish(100.0, 1000.0, 0.0, 0.1, path=2000.0) == pytest.approx(21000.0)  # path > remaining
+
+
+def test_throughput_beyond_remaining_over_path_does_not_lower_rho() -> None:
+    """The 5 h + 1 h app (T_id = 5 h) one hour after arrival: remaining 6 h, path 5 h, so X = 6/5 = 1.2
+    already finishes at the path: rho = (1 h + 5 h) / 5 h = 1.2 for X = 1.2, 2 or 64; X = 1:
+    (1 h + 6 h) / 5 h = 1.4; nothing: (1 h + 6 h) / 0.1 / 5 h = 14."""
+    m = model(64)
+    app = App("a", "u", 0.0, (Job("long", "a", 1, 5 * H, profile="none"), Job("short", "a", 1, H, profile="none")))
+    assert app.remaining_path == pytest.approx(5 * H)
+    assert [m.rho(app, H, x) for x in (1.2, 2.0, 64.0)] == pytest.approx([1.2, 1.2, 1.2])
+    assert m.rho(app, H, 1.0) == pytest.approx(1.4)
+    assert m.rho(app, H, 0.0) == pytest.approx(14.0)
+    done = App("a", "u", 0.0, (Job("long", "a", 1, 5 * H, done=4 * H, profile="none"),
+                               Job("short", "a", 1, H, profile="none")))  # fmt: skip
+    assert done.remaining_path == pytest.approx(H)  # remaining / gpus of the longest remaining job

@@ -17,8 +17,9 @@ from .fake_slurm import FakeSlurm
 
 
 def daemon_config(state_dir: Path, **scheduler: float) -> Config:
-    """Short leases (60 s), 10 s grace, no minimum run time: rounds happen within a few simulated cycles."""
-    sched = dict(lease_minutes=1.0, grace_s=10.0, min_runtime_s=0.0, release_timeout_s=20.0)
+    """Short leases (60 s), 10 s grace, no minimum run time, no restart cost in bids: rounds happen within
+    a few simulated cycles, and a 60 s restart cost would halve every bid against a 60 s lease."""
+    sched = dict(lease_minutes=1.0, grace_s=10.0, min_runtime_s=0.0, release_timeout_s=20.0, restart_cost_s=0.0)
     sched.update(scheduler)
     cfg = parse({"state_dir": str(state_dir), "poll_interval_s": 5, "metrics": {"listen": ""},
                  "api": {"listen": ""}}, "test.yaml")

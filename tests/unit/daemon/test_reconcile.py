@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from themis_slurm.daemon.loop import Daemon
 
-from .conftest import run
+from .conftest import daemon_config, run
 from .fake_slurm import FakeSlurm
 
 
@@ -69,8 +70,11 @@ def test_running_job_themis_did_not_start_is_adopted_with_a_lease(
     assert ("start", a) not in slurm.calls
 
 
-def test_node_down_under_a_leased_job_follows_slurm(slurm: FakeSlurm, make_daemon: Callable[..., Daemon]) -> None:
-    d = make_daemon()
+def test_node_down_under_a_leased_job_follows_slurm(
+        tmp_path: Path, slurm: FakeSlurm, make_daemon: Callable[..., Daemon]) -> None:
+    # a restart costs a whole lease here, so b is never swapped out for a on the one node left (without
+    # that cost a and b would trade the node lease by lease: equal jobs, time-sliced)
+    d = make_daemon(daemon_config(tmp_path / "state", restart_cost_s=60.0))
     a = slurm.submit("alice", "a", 4, 1000.0, gpus_per_node=4, est_s=1000.0)
     b = slurm.submit("bob", "b", 4, 1000.0, gpus_per_node=4, est_s=1000.0)
     run(d, slurm, 10)
