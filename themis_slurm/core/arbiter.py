@@ -38,7 +38,7 @@ from themis_slurm.core.auction import (
 )
 from themis_slurm.core.decision import AppRecord, Decision, Grant, Preemption, Renewal
 from themis_slurm.core.fairness import FairnessModel, job_throughput
-from themis_slurm.core.placement import Pool
+from themis_slurm.core.placement import Pool, get_profile, throughput
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import App, Job, Lease
 
@@ -165,6 +165,30 @@ def run_round(state: ClusterState, config: ArbiterConfig | None = None) -> Decis
     urgency = {a: rho_now[a] * (1.0 if agents[a].homes else 1.0 - start_cost) for a in agents}
     ranked = sorted(agents, key=lambda a: (-urgency[a], a))
     n_bid = bidders_offered(cfg.fairness_knob, len(ranked))
+
+    # 2b. reservation: the worst bidder's longest-waiting wide gang starts now if it fits, else the GPUs it
+    #     will fit on soonest are held out of the pool until the leases on the rest expire
+    got: dict[str, list[Gang]] = {}
+    source: dict[str, str] = {}
+    reserved: frozenset[int] = frozenset()
+    reserve_note: dict[str, str] = {}
+    res = _reservation(topo, now, cfg, [agents[a] for a in ranked[:n_bid]], pool, held, jobs)
+    if res is not None:
+        ag, job, target, start_by = res
+        if all(g in pool for g in target):
+            pool.take(target)
+            level_ = topo.level_of(target)
+            gang = Gang(job.id, target, level_, throughput(len(target), level_, get_profile(job.profile)))
+            got[ag.app_id] = [gang]
+            source[job.id] = "reservation"
+            agents[ag.app_id] = Agent(ag.app, model, now, ag.base + gang.throughput,
+                                      [j for j in ag.jobs if j.id != job.id], ag.homes, start_cost)  # fmt: skip
+            reserve_note[ag.app_id] = f"job {job.id} started on its reservation ({len(target)} GPUs)"
+        else:
+            reserved = frozenset(g for g in target if g in pool)
+            pool.take(reserved)
+            reserve_note[ag.app_id] = (f"{len(reserved)} of {len(target)} GPU(s) reserved for job {job.id}, "
+                                       f"complete in {start_by - now:.0f} s")  # fmt: skip
     bidders = [agents[a] for a in ranked[:n_bid]]
 
     # 3-4. auction among the bidders, hidden payments
@@ -186,8 +210,6 @@ def run_round(state: ClusterState, config: ArbiterConfig | None = None) -> Decis
             x_star = FastSolver().solve(bidders, pool)
             if cfg.hidden_payments:
                 payments = hidden_payments(bidders, pool, x_star, draws=draws)
-    got: dict[str, list[Gang]] = {}
-    source: dict[str, str] = {}
     kept_gpus: dict[str, int] = {}
     outside = [rho_now[a] for a in ranked[n_bid:]]
     level = max(outside) if outside else 0.0  # the worst rho outside the auction
@@ -211,7 +233,7 @@ def run_round(state: ClusterState, config: ArbiterConfig | None = None) -> Decis
         kept_gpus[aid] = sum(len(g.gpus) for g in kept)
         if kept:
             pool.take(frozenset().union(*(g.gpus for g in kept)))
-            got[aid] = list(kept)
+            got[aid] = got.get(aid, []) + list(kept)
             for g in kept:
                 source[g.job_id] = "auction"
 
@@ -236,7 +258,52 @@ def run_round(state: ClusterState, config: ArbiterConfig | None = None) -> Decis
     got = _keep_holders_in_place(got, homes, jobs, source)
     cut = {jid: t for jid, t in cut.items() if jid in source}
     return _decide(state, cfg, model, agents, bidders, rho_now, ranked, x_star, payments, kept_gpus, cut, got, source,
-                   homes, renewals, expiry, offered, pool, jobs)  # fmt: skip
+                   homes, renewals, expiry, offered, pool, jobs, reserved, reserve_note)  # fmt: skip
+
+
+def _reservation(
+    topo: Topology, now: float, cfg: ArbiterConfig, bidders: Sequence[Agent], pool: Pool,
+    held: Mapping[str, Lease], jobs: Mapping[str, Job],
+) -> tuple[Agent, Job, frozenset[int], float] | None:
+    """The gang to reserve for, the GPUs it gets, and when they are all free (None: nothing to reserve).
+
+    A wide gang needs several GPUs free in the same round, which a busy cluster whose leases expire one by
+    one rarely has: without a reservation it waits until the cluster drains (a 4-GPU job waited 100 h on
+    the paper workload while 1-GPU jobs took every GPU that freed up). Like Slurm's backfill
+    reservation, the worst-ranked bidder with a rigid gang of >= 2 GPUs that has waited at least a lease
+    gets the placement where it can start soonest: GPUs in the pool count as free now, other preemptible
+    leases at their expiry (non-preemptible ones never). Only one reservation per round; a reserved GPU
+    idles at most until the last lease on its placement expires (at most one lease).
+    """
+    for ag in bidders:
+        job = next((j for j in ag.jobs if j.gpus >= 2 and not j.elastic and j.id not in ag.homes
+                    and now - j.submit >= cfg.lease_s), None)  # fmt: skip
+        if job is None:
+            continue
+        avail = {g: now for g in pool.free_ids()}
+        for lease in held.values():
+            if jobs[lease.job_id].preemptible:
+                avail.update({g: lease.expiry for g in lease.gpus})
+        times = sorted(set(avail.values()))
+        if not times or _place_by(topo, avail, job, times[-1]) is None:
+            continue  # cannot fit even when every lease has expired
+        lo, hi = 0, len(times) - 1  # the earliest time at which it fits (fitting is monotone in time)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if _place_by(topo, avail, job, times[mid]) is None:
+                lo = mid + 1
+            else:
+                hi = mid
+        found = _place_by(topo, avail, job, times[lo])
+        assert found is not None
+        return ag, job, found, times[lo]
+    return None
+
+
+def _place_by(topo: Topology, avail: Mapping[int, float], job: Job, t: float) -> frozenset[int] | None:
+    """Where `job` fits among the GPUs free by time `t` (tightest placement), or None."""
+    found = Pool(topo, [g for g, a in avail.items() if a <= t]).place(job.gpus, job.gpus_per_node, job.nodes)
+    return None if found is None else found[0]
 
 
 def _up_to(agent: Agent, gangs: Sequence[Gang], level: float) -> tuple[Gang, ...]:
@@ -320,6 +387,8 @@ def _decide(
     offered: int,
     pool: Pool,
     jobs: Mapping[str, Job],
+    reserved: frozenset[int],
+    reserve_note: Mapping[str, str],
 ) -> Decision:
     topo = state.topology
     grants: list[Grant] = []
@@ -357,7 +426,8 @@ def _decide(
         pay = payments.get(aid)
         kept = kept_gpus.get(aid, 0)
         total = len(frozenset().union(*(g.gpus for g in gangs))) if gangs else 0
-        leftover = total - kept
+        by_reservation = sum(len(g.gpus) for g in gangs if source.get(g.job_id) == "reservation")
+        leftover = total - kept - by_reservation
         if ag is None:
             reason = "nothing waiting"
         elif aid in bid_ids:
@@ -373,6 +443,8 @@ def _decide(
             reason = f"not offered (rank {rank[aid]} of {len(agents)}; f={cfg.fairness_knob})"
         if leftover:
             reason += f"; {leftover} GPU(s) from leftover"
+        if aid in reserve_note:
+            reason += f"; {reserve_note[aid]}"
         records[aid] = AppRecord(
             app_id=aid,
             rho_before=rho_now[aid],
@@ -395,4 +467,5 @@ def _decide(
         objective=x_star.objective,
         offered_gpus=offered,
         idle_gpus=pool.free_ids(),
+        reserved_gpus=reserved,
     )

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 class Grant:
     """Start `job_id` on `gpus` (per-node counts in `nodes`) with a lease until `lease_expiry`.
 
-    `source` is "auction" (won and kept after the hidden payment) or "leftover" (work conservation).
+    `source` is "auction" (won and kept after the hidden payment), "leftover" (work conservation) or
+    "reservation" (a wide gang that waited at least a lease, started on the GPUs reserved for it).
     `migrated` is set when the job held other GPUs until now (it is preempted from those first).
     """
 
@@ -79,6 +80,7 @@ class Decision:
     objective: float = 0.0
     offered_gpus: int = 0
     idle_gpus: frozenset[int] = frozenset()
+    reserved_gpus: frozenset[int] = frozenset()  # held free for a wide gang (arbiter._reservation), not idle
 
     @property
     def empty(self) -> bool:

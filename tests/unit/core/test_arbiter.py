@@ -52,7 +52,9 @@ def check_invariants(state: ClusterState, d: Decision) -> None:
         assert p.job_id in expiring and jobs[p.job_id].preemptible
     for jid in expiring:
         assert jid in decided or any(p.job_id == jid for p in d.preemptions), f"holder {jid} vanished"
-    assert d.idle_gpus == frozenset(offered - set(used)), "idle = offered minus what was handed out"
+    assert not d.reserved_gpus & set(used), "a reserved GPU is not handed out"
+    assert d.reserved_gpus <= offered, "only offered GPUs are reserved"
+    assert d.idle_gpus == frozenset(offered - set(used) - d.reserved_gpus), "idle = offered minus handed out, reserved"
     # work conservation: no waiting job fits in the idle GPUs
     idle = Pool(state.topology, d.idle_gpus)
     for job in jobs.values():

@@ -40,11 +40,12 @@ def small_trace(seed: int = 1):
 
 
 def waiting_fit_check(topo: Topology):
-    """An observer asserting work conservation: after a call no waiting job fits in the free GPUs."""
+    """An observer asserting work conservation: after a call no waiting job fits in the free GPUs (GPUs the
+    decision reserved for a wide gang excepted)."""
     calls = []
 
     def observe(sim: Simulator, decision: Decision) -> None:
-        pool = Pool(topo, sim.free_gpus())
+        pool = Pool(topo, set(sim.free_gpus()) - decision.reserved_gpus)
         for j in sim.waiting_jobs():
             need = 1 if j.elastic else j.gpus
             assert pool.find(need, j.gpus_per_node, j.nodes) is None, f"t={sim.now}: {j.id} fits but waits"
