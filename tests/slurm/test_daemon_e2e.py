@@ -55,7 +55,7 @@ def write_config(tmp: Path, cluster: Cluster, mode: str = "enforce", **extra: st
     cfg = tmp / "themis.yaml"
     cfg.write_text(
         f"mode: {mode}\npoll_interval_s: 1\nstate_dir: {tmp / 'state'}\nlog_level: info\n"
-        f"scheduler:\n  lease_minutes: {LEASE_S / 60}\n  grace_s: 3\n  min_runtime_s: 0\n"
+        f"scheduler:\n  lease_minutes: {LEASE_S / 60}\n  grace_s: 3\n  min_runtime_s: 0\n  restart_cost_s: 3\n"
         f"  release_timeout_s: 15\nestimates:\n  min_s: 5\n  default_s: 60\n"
         f"slurm:\n  slurm_conf: {cluster.env['SLURM_CONF']}\n  job_submit_conf: {lua}\n"
         "metrics:\n  listen: ''\napi:\n  listen: ''\n" + "".join(f"{k}: {v}\n" for k, v in extra.items())

@@ -166,8 +166,9 @@ def run_round(state: ClusterState, config: ArbiterConfig | None = None) -> Decis
     ranked = sorted(agents, key=lambda a: (-urgency[a], a))
     n_bid = bidders_offered(cfg.fairness_knob, len(ranked))
 
-    # 2b. reservation: the worst bidder's longest-waiting wide gang starts now if it fits, else the GPUs it
-    #     will fit on soonest are held out of the pool until the leases on the rest expire
+    # 2b. reservation: the first wide gang (bidding order) of the worst bidder that has one and has waited a
+    #     lease starts now if it fits, else the GPUs it will fit on soonest are held out of the pool until
+    #     the leases on the rest expire
     got: dict[str, list[Gang]] = {}
     source: dict[str, str] = {}
     reserved: frozenset[int] = frozenset()
@@ -189,6 +190,9 @@ def run_round(state: ClusterState, config: ArbiterConfig | None = None) -> Decis
             pool.take(reserved)
             reserve_note[ag.app_id] = (f"{len(reserved)} of {len(target)} GPU(s) reserved for job {job.id}, "
                                        f"complete in {start_by - now:.0f} s")  # fmt: skip
+            if not reserved:
+                reserve_note[ag.app_id] = (f"job {job.id} starts on {len(target)} GPU(s) whose leases end in "
+                                           f"{start_by - now:.0f} s (none held idle meanwhile)")  # fmt: skip
     bidders = [agents[a] for a in ranked[:n_bid]]
 
     # 3-4. auction among the bidders, hidden payments
@@ -282,7 +286,7 @@ def _reservation(
             continue
         avail = {g: now for g in pool.free_ids()}
         for lease in held.values():
-            if jobs[lease.job_id].preemptible:
+            if jobs[lease.job_id].preemptible and math.isfinite(lease.expiry):
                 avail.update({g: lease.expiry for g in lease.gpus})
         times = sorted(set(avail.values()))
         if not times or _place_by(topo, avail, job, times[-1]) is None:
@@ -294,9 +298,12 @@ def _reservation(
                 lo = mid + 1
             else:
                 hi = mid
-        found = _place_by(topo, avail, job, times[lo])
+        t = times[lo]
+        # among the placements complete at t, one on leased GPUs only holds nothing idle meanwhile
+        found = _place_by(topo, {g: a for g, a in avail.items() if a > now}, job, t) if t > now else None
+        found = found or _place_by(topo, avail, job, t)
         assert found is not None
-        return ag, job, found, times[lo]
+        return ag, job, found, t
     return None
 
 
@@ -421,7 +428,9 @@ def _decide(
         aid = app.id
         gangs = got.get(aid, [])
         ag = agents.get(aid)
-        rho_after = ag.rho_of(sum(g.throughput for g in gangs)) if ag is not None else rho_now[aid]
+        # a gang started on its reservation is already in the rebuilt agent's base throughput
+        extra = sum(g.throughput for g in gangs if source.get(g.job_id) != "reservation")
+        rho_after = ag.rho_of(extra) if ag is not None else rho_now[aid]
         won = x_star.bundles.get(aid)
         pay = payments.get(aid)
         kept = kept_gpus.get(aid, 0)

@@ -1,0 +1,326 @@
+"""Step 2b of a round: the reservation for the worst bidder's long-waiting wide gang (arbiter._reservation).
+
+Every round below is on 1 rack x 2 nodes x 4 GPUs (node1 = GPUs 0-3, node2 = GPUs 4-7), now = 10000 s,
+lease 600 s, no restart cost, N = 3 for every app, C = 8 (share 8/3), profile "none" (factor 1 everywhere):
+
+  W: arrived at 0, one 4-GPU gang w1 of 40000 GPU-s submitted at 0 (waited 10000 s >= a lease).
+     T_id = max(40000 / (8/3), path 40000 / 4) = 15000; rho(nothing) = (10000 + 40000) / 0.1 / 15000 = 33.33.
+  O: arrived now, two 1-GPU jobs o1, o2 of 3600 GPU-s submitted now.
+     T_id = max(7200 / min(2, 8/3), path 3600) = 3600; rho(nothing) = 7200 / 0.1 / 3600 = 20.
+  H: the lease holders: a 1-GPU job h<g> of 1e6 GPU-s on each leased GPU g; nothing waiting, so H is not
+     ranked unless one of its leases expires now.
+
+So W (33.33) ranks 1 and O (20) ranks 2: with f = 0 both bid, with f = 0.8 only W does (max(1, floor(0.2 x
+2)) = 1), and W is the worst bidder either way.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from themis_slurm.core.arbiter import ArbiterConfig, ClusterState, bidders_offered, run_round
+from themis_slurm.core.decision import Decision
+from themis_slurm.core.fairness import FairnessModel
+from themis_slurm.core.placement import Pool
+from themis_slurm.core.topology import Topology
+from themis_slurm.core.workload import App, Job, Lease
+
+from .test_arbiter import check_invariants
+
+TOPO = Topology.uniform(1, 2, 4)
+NODE1, NODE2 = frozenset(range(4)), frozenset(range(4, 8))
+NOW = 10000.0
+LEASE = 600.0
+SOLVERS = ["exact", "fast"]
+#: node1: GPUs 0, 1 free, GPU 2 leased until now + 100, GPU 3 until now + 200; node2 leased until now + 500
+BUSY = {2: 100.0, 3: 200.0, 4: 500.0, 5: 500.0, 6: 500.0, 7: 500.0}
+
+
+def _wide(jid: str = "w1", app: str = "W", submit: float = 0.0, **kw) -> Job:
+    return Job(jid, app, kw.pop("gpus", 4), 40000.0, profile="none", submit=submit, **kw)
+
+
+def _state(
+    free: set[int],
+    leases: dict[int, float],
+    w_jobs: tuple[Job, ...] | None = None,
+    *,
+    pinned: frozenset[int] = frozenset(),
+    extra: tuple[App, ...] = (),
+) -> ClusterState:
+    """W, H, O (module docstring) plus `extra`. `leases` maps a GPU to its lease's expiry minus now (0: it
+    expires this round); H's jobs on the GPUs in `pinned` are not preemptible."""
+    w = App("W", "u", 0.0, w_jobs if w_jobs is not None else (_wide(),), contention=3)
+    h = App("H", "u", 0.0, tuple(Job(f"h{g}", "H", 1, 1e6, profile="none", preemptible=g not in pinned)
+                                 for g in sorted(leases)), contention=3)  # fmt: skip
+    o = App("O", "u", NOW, tuple(Job(f"o{k}", "O", 1, 3600.0, profile="none", submit=NOW) for k in (1, 2)),
+            contention=3)  # fmt: skip
+    held = tuple(Lease(f"h{g}", frozenset({g}), NOW - 100.0, NOW + dt) for g, dt in sorted(leases.items()))
+    return ClusterState(TOPO, NOW, frozenset(free), held, (w, h, o, *extra))
+
+
+def _run(state: ClusterState, solver: str = "exact", f: float = 0.0) -> Decision:
+    d = run_round(state, ArbiterConfig(restart_cost_s=0.0, fairness_knob=f, lease_s=LEASE, solver=solver))
+    check_invariants(state, d)
+    return d
+
+
+def _grants(d: Decision) -> list[tuple[str, list[int], str]]:
+    return sorted((g.job_id, sorted(g.gpus), g.source) for g in d.grants)
+
+
+def test_setup_ranks_w_worst() -> None:
+    """The hand-computed rhos of the module docstring, and the bidder counts they lead to."""
+    state = _state({0, 1}, BUSY)
+    d = _run(state)
+    assert d.apps["W"].rho_before == pytest.approx(50000 / 0.1 / 15000)
+    assert d.apps["O"].rho_before == pytest.approx(20.0)
+    assert (d.apps["W"].rank, d.apps["O"].rank, d.apps["H"].rank) == (1, 2, None)
+    assert bidders_offered(0.0, 2) == 2 and bidders_offered(0.8, 2) == 1
+
+
+# ------------------------------------------------------------------------------- 1. the reservation holds GPUs
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("f", [0.0, 0.8])
+@pytest.mark.parametrize("shaped", [False, True])
+def test_reservation_holds_the_free_gpus_of_the_soonest_placement(
+    solver: str, f: float, shaped: bool
+) -> None:
+    """GPUs 0, 1 are free now, 2 at now + 100, 3 at now + 200, node2 at now + 500.
+
+    Free by t: now {0, 1}, +100 {0, 1, 2}, +200 {0..3} = node1 (a 4-GPU gang fits), +500 all. The soonest
+    placement is node1, complete in 200 s; its pool GPUs {0, 1} are held out of the round. O's 1-GPU jobs
+    would fit on them, yet wait: nothing is granted, nothing idles (reserved is not idle).
+    """
+    w1 = _wide(gpus_per_node=4, nodes=1) if shaped else _wide()
+    state = _state({0, 1}, BUSY, (w1,))
+    d = _run(state, solver, f)
+    assert d.reserved_gpus == {0, 1}
+    assert Pool(TOPO, d.reserved_gpus).find(1) is not None  # an O job would fit there
+    assert not d.grants and not d.preemptions and not d.renewals
+    assert d.idle_gpus == frozenset()
+    w = d.apps["W"]
+    assert w.rank == 1 and w.bid
+    assert "2 of 4 GPU(s) reserved for job w1" in w.reason and "complete in 200 s" in w.reason
+    assert "reserv" not in d.apps["O"].reason
+    assert w.rho_after == pytest.approx(w.rho_before)  # it got nothing yet
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_reservation_waits_for_the_last_lease_on_the_chosen_node(solver: str) -> None:
+    """Node2 now frees at now + 300, before node1's GPU 3 (now + 400): at +300 the free set is {0, 1, 2} and
+    node2, so the gang fits on node2 (its 4 GPUs are all leased: nothing of the pool is held back) and the
+    free GPUs {0, 1} go to O's 1-GPU jobs. The reason still names the reservation, complete in 300 s."""
+    leases = {2: 100.0, 3: 400.0, 4: 300.0, 5: 300.0, 6: 300.0, 7: 300.0}
+    d = _run(_state({0, 1}, leases), solver)
+    assert d.reserved_gpus == frozenset()
+    assert _grants(d) in ([("o1", [0], "auction"), ("o2", [1], "auction")],
+                          [("o1", [1], "auction"), ("o2", [0], "auction")])  # fmt: skip
+    assert "job w1 starts on 4 GPU(s) whose leases end in 300 s (none held idle meanwhile)" in d.apps["W"].reason
+
+
+# ------------------------------------------------------------------------------- 2. the reservation is fulfilled
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize(("f", "o_source"), [(0.0, "auction"), (0.8, "leftover")])
+def test_reservation_starts_the_gang_when_it_fits_now(solver: str, f: float, o_source: str) -> None:
+    """Node1 and GPU 4 free, GPUs 5-7 busy until now + 500: the gang fits now on node1 (best fit: the
+    island with exactly 4 free), so it starts there before the auction, source "reservation". GPU 4 is
+    what is left: O gets it for o1 (its bidding order is by id among equals), in the auction when O bids
+    (f = 0) or as leftover when it is outside it (f = 0.8)."""
+    state = _state({0, 1, 2, 3, 4}, {5: 500.0, 6: 500.0, 7: 500.0})
+    d = _run(state, solver, f)
+    assert _grants(d) == [("o1", [4], o_source), ("w1", [0, 1, 2, 3], "reservation")]
+    assert d.reserved_gpus == frozenset() and d.idle_gpus == frozenset()
+    (wg,) = [g for g in d.grants if g.job_id == "w1"]
+    assert wg.nodes == {"node1": 4} and wg.level == "island" and wg.lease_expiry == NOW + LEASE
+    w = d.apps["W"]
+    assert "job w1 started on its reservation (4 GPUs)" in w.reason
+    assert w.leftover_gpus == 0 and w.kept_gpus == 0  # reservation GPUs are neither auction nor leftover
+    # rho at 4 GPUs: (10000 + max(40000 / 4, path 10000)) / 15000
+    assert w.rho_after == pytest.approx(20000 / 15000)
+
+
+def test_rho_after_counts_a_started_reservation_once() -> None:
+    """W gets a second job w2 (1 GPU, 1000 GPU-s, submitted at 0) that stays waiting: node1 is all that is
+    free. T_id = max(41000 / (8/3), 10000) = 15375, remaining path 10000.
+    W on its 4 reserved GPUs: rho = (10000 + max(41000 / 4, 10000)) / 15375 = 20250 / 15375 = 1.3171.
+    Counting the gang twice (8 GPUs) gives (10000 + max(5125, 10000)) / 15375 = 1.3008."""
+    w2 = Job("w2", "W", 1, 1000.0, profile="none", submit=0.0)
+    state = _state(set(NODE1), {4: 500.0, 5: 500.0, 6: 500.0, 7: 500.0}, (_wide(), w2))
+    d = _run(state)
+    assert _grants(d) == [("w1", [0, 1, 2, 3], "reservation")]
+    model = FairnessModel(TOPO, 8)
+    app_w = next(a for a in state.apps if a.id == "W")
+    assert model.rho(app_w, NOW, 4.0) == pytest.approx(20250 / 15375)
+    assert d.apps["W"].rho_after == pytest.approx(20250 / 15375)
+
+
+# ------------------------------------------------------------------------------- 3. not before a lease of waiting
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize(("waited", "reserved"), [(599.0, False), (600.0, True)])
+def test_no_reservation_before_the_gang_has_waited_a_lease(
+    solver: str, waited: float, reserved: bool
+) -> None:
+    """w1 submitted `waited` s ago (now - submit >= lease_s is the test). Its rho is lower (T_id floored by
+    its path: submit + 10000 = 19401 or 19400 s) but still the worst: 500000 / 19401 = 25.77 > 20.
+    Below a lease nothing is held and work conservation hands GPUs 0, 1 to O's jobs."""
+    state = _state({0, 1}, BUSY, (_wide(submit=NOW - waited),))
+    d = _run(state, solver)
+    assert d.apps["W"].rank == 1
+    assert d.apps["W"].rho_before == pytest.approx(500000 / (NOW - waited + 10000))
+    if reserved:
+        assert d.reserved_gpus == {0, 1} and not d.grants
+        assert "reserved for job w1" in d.apps["W"].reason
+    else:
+        assert d.reserved_gpus == frozenset()
+        assert "reserv" not in d.apps["W"].reason
+        assert sorted(g.job_id for g in d.grants) == ["o1", "o2"]
+        assert set().union(*(g.gpus for g in d.grants)) == {0, 1} and d.idle_gpus == frozenset()
+
+
+# ------------------------------------------------------------------------------- 4. ineligible gangs
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_no_reservation_for_an_elastic_job(solver: str) -> None:
+    """An elastic 4-GPU job can start on fewer GPUs: no reservation; GPUs 0, 1 are handed out (to W's elastic
+    job or to O's 1-GPU jobs, as the auction and its hidden payments go), none held or idle."""
+    d = _run(_state({0, 1}, BUSY, (_wide(elastic=True),)), solver)
+    assert d.reserved_gpus == frozenset() and "reserv" not in d.apps["W"].reason
+    assert set().union(*(g.gpus for g in d.grants)) == {0, 1} and d.idle_gpus == frozenset()
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_no_reservation_for_a_gang_larger_than_the_cluster(solver: str) -> None:
+    """12 GPUs on an 8-GPU cluster never fit, even when every lease has expired: nothing is held, O's jobs
+    take GPUs 0, 1. (W stays the worst: T_id = max(40000 / (8/3), 40000 / 12) = 15000, rho 33.33.)"""
+    d = _run(_state({0, 1}, BUSY, (_wide(gpus=12),)), solver)
+    assert d.apps["W"].rank == 1
+    assert d.reserved_gpus == frozenset() and "reserv" not in d.apps["W"].reason
+    assert sorted(g.job_id for g in d.grants) == ["o1", "o2"]
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_no_reservation_when_only_non_preemptible_leases_block_the_gang(solver: str) -> None:
+    """Same leases as BUSY but none preemptible: they never count as becoming free, so the gang never fits
+    (2 GPUs at most) and GPUs 0, 1 go to O."""
+    d = _run(_state({0, 1}, BUSY, pinned=frozenset(BUSY)), solver)
+    assert d.reserved_gpus == frozenset() and "reserv" not in d.apps["W"].reason
+    assert sorted(g.job_id for g in d.grants) == ["o1", "o2"]
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_no_reservation_for_a_lease_holder_renewing(solver: str) -> None:
+    """w1 holds node2 on a lease expiring now and node1 is free: w1 is a home (a renewal), not a gang to
+    reserve for. Reserving would start it at once on the tightest placement, node1 (best fit among two
+    4-GPU islands, the first), moving it. Instead W (rank 1 with its rho without the lease, 33.33) wins
+    its node back in place: a renewal, no preemption, nothing of W granted or reserved."""
+    state = _state(set(NODE1), {})
+    state = ClusterState(TOPO, NOW, NODE1, (Lease("w1", NODE2, NOW - LEASE, NOW),), state.apps)
+    d = _run(state, solver)
+    assert d.apps["W"].rank == 1 and d.apps["W"].rho_before == pytest.approx(50000 / 0.1 / 15000)
+    assert d.reserved_gpus == frozenset() and "reserv" not in d.apps["W"].reason
+    assert [(r.job_id, r.gpus) for r in d.renewals] == [("w1", NODE2)] and not d.preemptions
+    assert all(g.app_id == "O" and g.gpus <= NODE1 for g in d.grants)
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_no_reservation_for_a_one_gpu_job(solver: str) -> None:
+    """W's only job needs 1 GPU (4000 GPU-s, submitted at 0): T_id = max(4000 / min(1, 8/3), 4000) = 4000,
+    rho = (10000 + 4000) / 0.1 / 4000 = 35, the worst. It is no wide gang: it competes in the auction like
+    any job; no grant comes from a reservation and no reason mentions one."""
+    state = _state({0, 1}, BUSY, (Job("w1", "W", 1, 4000.0, profile="none", submit=0.0),))
+    d = _run(state, solver)
+    assert d.apps["W"].rank == 1 and d.apps["W"].rho_before == pytest.approx(35.0)
+    assert d.reserved_gpus == frozenset()
+    assert all(g.source != "reservation" for g in d.grants) and len(d.grants) == 2
+    assert all("reserv" not in r.reason for r in d.apps.values())
+
+
+# ------------------------------------------------------------------------------- 5. expiring leases count now
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_expiring_holder_counts_as_free_and_is_preempted(solver: str) -> None:
+    """H's leases on GPUs 2, 3 expire now (node2 busy until +500): node1 is all in the pool, the gang starts
+    on it now and the holders h2, h3 lose their GPUs. H is ranked (its leases expire) but is no worse
+    than W: base 4 GPUs (node2), T_id = max(6e6 / (8/3), 1e6) = 2.25e6,
+    rho = (10000 + max(6e6 / 4, 1e6)) / 2.25e6 = 0.671."""
+    state = _state({0, 1}, {2: 0.0, 3: 0.0, 4: 500.0, 5: 500.0, 6: 500.0, 7: 500.0})
+    d = _run(state, solver)
+    assert (d.apps["W"].rank, d.apps["O"].rank, d.apps["H"].rank) == (1, 2, 3)
+    assert d.apps["H"].rho_before == pytest.approx(1.51e6 / 2.25e6)
+    assert _grants(d) == [("w1", [0, 1, 2, 3], "reservation")]
+    assert sorted((p.job_id, sorted(p.gpus)) for p in d.preemptions) == [("h2", [2]), ("h3", [3])]
+    assert not d.renewals and d.reserved_gpus == frozenset()
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_non_preemptible_expiring_holder_is_never_counted(solver: str) -> None:
+    """The same round with h2, h3 not preemptible: they are renewed, and their GPUs never count. The
+    soonest placement is node2 at now + 500 (free by then: 0, 1 and node2), none of it in the pool, so
+    nothing is held and O's jobs take GPUs 0, 1. (Counting the pinned GPUs as free now would have held
+    {0, 1} for a placement on node1 "complete in 0 s".)"""
+    state = _state({0, 1}, {2: 0.0, 3: 0.0, 4: 500.0, 5: 500.0, 6: 500.0, 7: 500.0}, pinned=frozenset({2, 3}))
+    d = _run(state, solver)
+    assert sorted(r.job_id for r in d.renewals) == ["h2", "h3"] and not d.preemptions
+    assert d.reserved_gpus == frozenset()
+    assert "leases end in 500 s" in d.apps["W"].reason
+    assert sorted(g.job_id for g in d.grants) == ["o1", "o2"]
+    assert set().union(*(g.gpus for g in d.grants)) == {0, 1}
+
+
+# ------------------------------------------------------------------------------- 6. one reservation per round
+def _second_wide_app() -> tuple[App, ...]:
+    """V: arrived at 2000, one 4-GPU gang v1 of 40000 GPU-s submitted at 2000 (waited 8000 s).
+    T_id = max(40000 / (8/3), path 0 + 10000) = 15000; rho = (8000 + 40000) / 0.1 / 15000 = 32 < W's 33.33."""
+    return (App("V", "u", 2000.0, (_wide("v1", "V", submit=2000.0),), contention=3),)
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_only_the_worst_eligible_bidder_gets_the_reservation(solver: str) -> None:
+    """W (rank 1) and V (rank 2) both have an eligible 4-GPU gang; f = 0, all three apps bid. W's gang gets
+    the reservation (GPUs 0, 1 held, complete in 200 s); V's reason names none."""
+    state = _state({0, 1}, BUSY, extra=_second_wide_app())
+    d = _run(state, solver)
+    assert (d.apps["W"].rank, d.apps["V"].rank, d.apps["O"].rank) == (1, 2, 3)
+    assert d.apps["V"].rho_before == pytest.approx(32.0)
+    with_res = [aid for aid, r in d.apps.items() if "reserv" in r.reason]
+    assert with_res == ["W"] and d.apps["W"].rank == 1
+    assert d.reserved_gpus == {0, 1} and not d.grants
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_reservation_goes_to_the_next_bidder_when_the_worst_has_no_eligible_gang(solver: str) -> None:
+    """W's gang is elastic (rank 1 still: the same rho), V's is rigid: V gets the reservation, GPUs 0, 1
+    are held for v1 and W's elastic job, which would fit on them, gets nothing."""
+    state = _state({0, 1}, BUSY, (_wide(elastic=True),), extra=_second_wide_app())
+    d = _run(state, solver)
+    assert d.apps["W"].rank == 1 and d.apps["V"].rank == 2
+    assert "2 of 4 GPU(s) reserved for job v1, complete in 200 s" in d.apps["V"].reason
+    assert "reserv" not in d.apps["W"].reason
+    assert d.reserved_gpus == {0, 1} and not d.grants
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_only_bidders_get_a_reservation(solver: str) -> None:
+    """The same apps with f = 0.8: 3 apps want GPUs, max(1, floor(0.2 x 3)) = 1 bidder, W, whose gang is
+    elastic. V is eligible but not a bidder: no reservation, and W's elastic job takes GPUs 0, 1."""
+    state = _state({0, 1}, BUSY, (_wide(elastic=True),), extra=_second_wide_app())
+    d = _run(state, solver, f=0.8)
+    assert d.apps["W"].bid and not d.apps["V"].bid
+    assert d.reserved_gpus == frozenset()
+    assert all("reserv" not in r.reason for r in d.apps.values())
+    assert [(g.job_id, sorted(g.gpus)) for g in d.grants] == [("w1", [0, 1])]
+
+
+# ------------------------------------------------------------------------------- 7. determinism
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("free", [frozenset({0, 1}), frozenset({0, 1, 2, 3, 4})])
+def test_reservation_is_deterministic(solver: str, free: frozenset[int]) -> None:
+    """The same state twice (and with the apps listed in reverse) gives the same Decision."""
+    leases = {g: dt for g, dt in BUSY.items() if g not in free}
+    state = _state(set(free), leases, extra=_second_wide_app())
+    cfg = ArbiterConfig(restart_cost_s=0.0, fairness_knob=0.0, lease_s=LEASE, solver=solver)
+    d1, d2 = run_round(state, cfg), run_round(state, cfg)
+    assert d1 == d2
+    assert d1.reserved_gpus or any(g.source == "reservation" for g in d1.grants)
+    rev = ClusterState(TOPO, NOW, state.free, state.leases, tuple(reversed(state.apps)))
+    d3 = run_round(rev, cfg)
+    assert (_grants(d3), d3.reserved_gpus, d3.preemptions) == (_grants(d1), d1.reserved_gpus, d1.preemptions)
