@@ -309,9 +309,12 @@ class Daemon:
 
     def _log_decision(self, d: Decision, trigger: str, latency: float, mode: str) -> None:
         verb = "" if mode == "enforce" else "would "
-        log.info("round (%s) solver=%s offered=%d grants=%d renewals=%d preemptions=%d in %.3fs%s", trigger,
-                 d.solver, d.offered_gpus, len(d.grants), len(d.renewals), len(d.preemptions), latency,
-                 "" if mode == "enforce" else " [observe: nothing applied]")
+        log.info("round (%s) solver=%s offered=%d grants=%d renewals=%d preemptions=%d reserved=%d in %.3fs%s",
+                 trigger, d.solver, d.offered_gpus, len(d.grants), len(d.renewals), len(d.preemptions),
+                 len(d.reserved_gpus), latency, "" if mode == "enforce" else " [observe: nothing applied]")
+        for aid, rec in d.apps.items():
+            if "reserved for job" in rec.reason:
+                log.info("%sreserve app=%s: %s", verb, aid, rec.reason.rsplit("; ", 1)[-1])
         recs = d.apps
         for g in d.grants:
             rec = recs.get(g.app_id)

@@ -61,7 +61,7 @@ def make_policy(name: str, knobs: PolicyKnobs) -> Policy:
     except (TypeError, ValueError):
         params = {}  # type: ignore[assignment]
     named = {"config": knobs.arbiter_config(), "fairness_knob": knobs.fairness_knob, "lease_s": knobs.lease_s,
-             "seed": knobs.seed}  # fmt: skip
+             "seed": knobs.seed, "restart_cost_s": knobs.restart_cost_s, "solver": knobs.solver}  # fmt: skip
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         # the registry's factories take **options and drop those meant for other policies
         kwargs = {k: v for k, v in named.items() if k != "config"}
