@@ -58,8 +58,8 @@ class Scale:
 # Measured here (84 apps, 64 GPUs, fast solver): Themis about 2 min per run, the baselines 0.5 to 1 min;
 # with 2 worker processes the whole evaluation takes about 30 to 40 min.
 FULL = Scale(apps=84, seed=0, round_interval_s=120.0, philly_jobs=None, f_values=(0.5, 0.8, 0.95),
-             lease_values=(300.0, 600.0, 1200.0, 2400.0), contention_values=(1.0, 2.0),
-             sensitive_values=(0.0, 0.5, 1.0), extra_seeds=(1, 2))  # fmt: skip
+             lease_values=(300.0, 600.0, 1200.0), contention_values=(1.0, 2.0),
+             sensitive_values=(0.0, 1.0), extra_seeds=(1, 2))  # fmt: skip
 QUICK = Scale(apps=6, seed=0, round_interval_s=120.0, philly_jobs=1500, f_values=(0.5, 0.8), lease_values=(600.0, 1200.0),
               contention_values=(1.0, 2.0), sensitive_values=(0.0, 1.0), extra_seeds=(1,))  # fmt: skip
 
@@ -164,6 +164,7 @@ class Eval:
             knobs = replace(self.knobs, seed=seed)
             self.add(f"seed{seed}", self.paper(seed), "64", ["themis", "maxmin", "slurm"], knobs,
                      replace(self.cfg, seed=seed))  # fmt: skip
+        self.add("reserve", self.paper(), "64", ["themis"], replace(self.knobs, reserve_wide_gangs=True))
         for v in s.f_values:
             self.add(f"f_{v:g}", self.paper(), "64", ["themis"], replace(self.knobs, fairness_knob=v))
         for v in s.lease_values:
@@ -224,7 +225,8 @@ class Eval:
             md += ["### Other seeds (64 GPUs; Themis and the two fairest baselines)", "",
                    seeds_table({s.seed: r["paper64"], **{k: r[f"seed{k}"] for k in s.extra_seeds}}), ""]  # fmt: skip
         # 2. sweeps (Themis)
-        md += ["## 2. Themis sweeps (64 GPUs)", ""]
+        md += ["## 2. Themis sweeps (64 GPUs)", "", "### reservations for wide gangs", "",
+               md_table({"off (default)": r["paper64"]["themis"], "on": r["reserve"]["themis"]}, "reservations"), ""]
         for prefix, param, values in (("f", "f", s.f_values), ("lease", "lease (s)", s.lease_values),
                                       ("contention", "contention", s.contention_values),
                                       ("sensitive", "sensitive fraction", s.sensitive_values)):  # fmt: skip

@@ -109,6 +109,7 @@ class _Progress:
               help="Seconds lost per restart (charged by the simulator; Themis's bids assume the same).")
 @click.option("--solver", type=click.Choice(SOLVERS), default="auto", show_default=True,
               help="Themis winner determination: exact MILP for small rounds (auto), always exact, or fast greedy.")
+@click.option("--reserve-wide-gangs", is_flag=True, help="Themis reserves GPUs for long-waiting wide gangs.")
 @click.option("--estimate-error", default="none", show_default=True, help="none | uniform:A:B | lognormal:SIGMA")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--sweep", help="NAME=v1,v2,... with NAME in fairness-knob, lease, contention, sensitive-fraction.")
@@ -233,7 +234,8 @@ def _options(o: dict[str, Any]):
         err = EstimateError.parse(o["estimate_error"])
     except ValueError as exc:
         raise _bad("--estimate-error", str(exc)) from None
-    knobs = PolicyKnobs(o["fairness_knob"], o["lease"], o["seed"], o["restart_cost"], o["solver"])
+    knobs = PolicyKnobs(o["fairness_knob"], o["lease"], o["seed"], o["restart_cost"], o["solver"],
+                        o["reserve_wide_gangs"])  # fmt: skip
     cfg = SimConfig(restart_cost_s=o["restart_cost"], estimate_error=err, seed=o["seed"], elastic=o["elastic"],
                     node_shaped=o["node_shaped"], round_interval_s=o["round_interval"])  # fmt: skip
     names = _parse_policies(o["policies"])

@@ -60,6 +60,7 @@ class ArbiterConfig:
     hidden_payments: bool = True
     seed: int = 0
     restart_cost_s: float = 30.0  # work lost by a (re)start; bids discount non-renewal gangs by restart/lease
+    reserve_wide_gangs: bool = False  # reservations for wide gangs (step 2b); off: see docs/design.md
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.fairness_knob < 1.0:
@@ -173,7 +174,8 @@ def run_round(state: ClusterState, config: ArbiterConfig | None = None) -> Decis
     source: dict[str, str] = {}
     reserved: frozenset[int] = frozenset()
     reserve_note: dict[str, str] = {}
-    res = _reservation(topo, now, cfg, [agents[a] for a in ranked[:n_bid]], pool, held, jobs)
+    res = _reservation(topo, now, cfg, [agents[a] for a in ranked[:n_bid]], pool, held, jobs) \
+        if cfg.reserve_wide_gangs else None
     if res is not None:
         ag, job, target, start_by = res
         if all(g in pool for g in target):
@@ -275,9 +277,12 @@ def _reservation(
     one rarely has: without a reservation it waits until the cluster drains (a 4-GPU job waited 100 h on
     the paper workload while 1-GPU jobs took every GPU that freed up). Like Slurm's backfill
     reservation, the worst-ranked bidder with a rigid gang of >= 2 GPUs that has waited at least a lease
-    gets the placement where it can start soonest: GPUs in the pool count as free now, other preemptible
-    leases at their expiry (non-preemptible ones never). Only one reservation per round; a reserved GPU
-    idles at most until the last lease on its placement expires (at most one lease).
+    gets whole nodes (or the GPUs of one node) for it: GPUs in the pool count as free now, other
+    preemptible leases as free at their expiry, non-preemptible ones never. The nodes with the most GPUs
+    free now win (then the earliest completion): the GPUs reserved in the previous round are free, so the
+    reservation stays where it is and grows as the leases on its nodes expire, instead of moving to
+    whichever nodes look soonest and displacing other jobs again. Only one reservation per round; a
+    reserved GPU idles at most until the last lease on its nodes expires (at most one lease).
     """
     for ag in bidders:
         job = next((j for j in ag.jobs if j.gpus >= 2 and not j.elastic and j.id not in ag.homes
@@ -288,29 +293,36 @@ def _reservation(
         for lease in held.values():
             if jobs[lease.job_id].preemptible and math.isfinite(lease.expiry):
                 avail.update({g: lease.expiry for g in lease.gpus})
-        times = sorted(set(avail.values()))
-        if not times or _place_by(topo, avail, job, times[-1]) is None:
-            continue  # cannot fit even when every lease has expired
-        lo, hi = 0, len(times) - 1  # the earliest time at which it fits (fitting is monotone in time)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if _place_by(topo, avail, job, times[mid]) is None:
-                lo = mid + 1
-            else:
-                hi = mid
-        t = times[lo]
-        # among the placements complete at t, one on leased GPUs only holds nothing idle meanwhile
-        found = _place_by(topo, {g: a for g, a in avail.items() if a > now}, job, t) if t > now else None
-        found = found or _place_by(topo, avail, job, t)
-        assert found is not None
-        return ag, job, found, t
+        found = _reserve_on(topo, avail, now, job)
+        if found is not None:
+            return ag, job, found[0], found[1]
     return None
 
 
-def _place_by(topo: Topology, avail: Mapping[int, float], job: Job, t: float) -> frozenset[int] | None:
-    """Where `job` fits among the GPUs free by time `t` (tightest placement), or None."""
-    found = Pool(topo, [g for g, a in avail.items() if a <= t]).place(job.gpus, job.gpus_per_node, job.nodes)
-    return None if found is None else found[0]
+def _reserve_on(
+    topo: Topology, avail: Mapping[int, float], now: float, job: Job
+) -> tuple[frozenset[int], float] | None:
+    """GPUs for `job` on n nodes x k GPUs (its shape; else one node, else whole nodes), nodes ranked by GPUs
+    free now (most first), then by when their k GPUs are all free, then by name; with that time."""
+    if job.nodes is not None and job.gpus_per_node is not None:
+        n, k = job.nodes, job.gpus_per_node
+    else:
+        widest = max(len(v) for v in topo.node_gpus.values())
+        n, k = (1, job.gpus) if job.gpus <= widest else (-(-job.gpus // widest), widest)
+        if n * k != job.gpus:
+            return None  # an uneven split across nodes: no reservation (rare; Slurm would decide the split)
+    ranked: list[tuple[int, float, str, tuple[int, ...]]] = []
+    for node, gids in topo.node_gpus.items():
+        usable = sorted((g for g in gids if g in avail), key=lambda g: (avail[g] > now, avail[g], g))
+        if len(usable) < k:
+            continue
+        pick = tuple(usable[:k])
+        ranked.append((-sum(avail[g] <= now for g in pick), max(avail[g] for g in pick), node, pick))
+    if len(ranked) < n:
+        return None
+    ranked.sort()
+    chosen = ranked[:n]
+    return frozenset(g for *_, pick in chosen for g in pick), max(t for _, t, _, _ in chosen)
 
 
 def _up_to(agent: Agent, gangs: Sequence[Gang], level: float) -> tuple[Gang, ...]:

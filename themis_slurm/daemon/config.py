@@ -38,6 +38,7 @@ class SchedulerConfig:
     solver: str = "auto"
     release_timeout_s: float = 60.0
     restart_cost_s: float = 60.0
+    reserve_wide_gangs: bool = False
 
     @property
     def lease_s(self) -> float:
@@ -165,6 +166,12 @@ def non_negative(v: Any) -> float:
     return x
 
 
+def boolean(v: Any) -> bool:
+    if not isinstance(v, bool):  # YAML true/false; "yes" strings and 0/1 are refused, not guessed
+        raise _Bad("true or false")
+    return v
+
+
 def knob(v: Any) -> float:
     try:
         x = _number(v)
@@ -231,6 +238,7 @@ _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
         "solver": one_of(SOLVERS),
         "release_timeout_s": positive,
         "restart_cost_s": non_negative,
+        "reserve_wide_gangs": boolean,
     }),
     "estimates": (EstimatesConfig, {"default_s": positive, "min_s": positive, "max_s": positive}),
     "slurm": (SlurmConfig, {

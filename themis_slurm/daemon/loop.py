@@ -229,7 +229,8 @@ class Daemon:
                apps: Mapping[str, AppRow], now: float) -> dict[str, object]:
         cfg = self.cfg
         arb = ArbiterConfig(fairness_knob=cfg.scheduler.fairness_knob, lease_s=cfg.scheduler.lease_s,
-                            solver=cfg.scheduler.solver, restart_cost_s=cfg.scheduler.restart_cost_s)  # fmt: skip
+                            solver=cfg.scheduler.solver, restart_cost_s=cfg.scheduler.restart_cost_s,
+                            reserve_wide_gangs=cfg.scheduler.reserve_wide_gangs)  # fmt: skip
         t0 = self.perf()
         try:
             decision = run_round(inp.state, arb)

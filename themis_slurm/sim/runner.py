@@ -42,10 +42,12 @@ class PolicyKnobs:
     seed: int = 0
     restart_cost_s: float = 30.0  # what Themis's bids assume; the simulator charges SimConfig's
     solver: str = "auto"  # Themis's winner determination
+    reserve_wide_gangs: bool = False  # Themis's reservations for wide gangs
 
     def arbiter_config(self) -> ArbiterConfig:
         return ArbiterConfig(fairness_knob=self.fairness_knob, lease_s=self.lease_s, seed=self.seed,
-                             restart_cost_s=self.restart_cost_s, solver=self.solver)  # fmt: skip
+                             restart_cost_s=self.restart_cost_s, solver=self.solver,
+                             reserve_wide_gangs=self.reserve_wide_gangs)  # fmt: skip
 
 
 def make_policy(name: str, knobs: PolicyKnobs) -> Policy:
@@ -61,7 +63,8 @@ def make_policy(name: str, knobs: PolicyKnobs) -> Policy:
     except (TypeError, ValueError):
         params = {}  # type: ignore[assignment]
     named = {"config": knobs.arbiter_config(), "fairness_knob": knobs.fairness_knob, "lease_s": knobs.lease_s,
-             "seed": knobs.seed, "restart_cost_s": knobs.restart_cost_s, "solver": knobs.solver}  # fmt: skip
+             "seed": knobs.seed, "restart_cost_s": knobs.restart_cost_s, "solver": knobs.solver,
+             "reserve_wide_gangs": knobs.reserve_wide_gangs}  # fmt: skip
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         # the registry's factories take **options and drop those meant for other policies
         kwargs = {k: v for k, v in named.items() if k != "config"}

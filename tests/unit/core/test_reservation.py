@@ -60,7 +60,7 @@ def _state(
 
 
 def _run(state: ClusterState, solver: str = "exact", f: float = 0.0) -> Decision:
-    d = run_round(state, ArbiterConfig(restart_cost_s=0.0, fairness_knob=f, lease_s=LEASE, solver=solver))
+    d = run_round(state, ArbiterConfig(reserve_wide_gangs=True, restart_cost_s=0.0, fairness_knob=f, lease_s=LEASE, solver=solver))
     check_invariants(state, d)
     return d
 
@@ -107,16 +107,35 @@ def test_reservation_holds_the_free_gpus_of_the_soonest_placement(
 
 
 @pytest.mark.parametrize("solver", SOLVERS)
-def test_reservation_waits_for_the_last_lease_on_the_chosen_node(solver: str) -> None:
-    """Node2 now frees at now + 300, before node1's GPU 3 (now + 400): at +300 the free set is {0, 1, 2} and
-    node2, so the gang fits on node2 (its 4 GPUs are all leased: nothing of the pool is held back) and the
-    free GPUs {0, 1} go to O's 1-GPU jobs. The reason still names the reservation, complete in 300 s."""
+def test_reservation_stays_on_the_node_with_most_gpus_free_now(solver: str) -> None:
+    """Node2 frees at now + 300, before node1's GPU 3 (now + 400), but node1 has 2 GPUs free now and node2
+    none: nodes are ranked by GPUs free now first, so a reservation made in an earlier round (whose GPUs
+    are free, held) stays where it is instead of hopping to whichever node looks soonest. Reserved {0, 1},
+    complete in 400 s; O's 1-GPU jobs get nothing."""
     leases = {2: 100.0, 3: 400.0, 4: 300.0, 5: 300.0, 6: 300.0, 7: 300.0}
     d = _run(_state({0, 1}, leases), solver)
+    assert d.reserved_gpus == frozenset({0, 1})
+    assert _grants(d) == []
+    assert "2 of 4 GPU(s) reserved for job w1, complete in 400 s" in d.apps["W"].reason
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_reservation_on_leased_gpus_only_holds_nothing(solver: str) -> None:
+    """Nothing free: node2 frees at now + 300 and node1 at now + 400: the gang will start on node2, nothing
+    is held idle, and the reason says so."""
+    leases = {0: 400.0, 1: 400.0, 2: 100.0, 3: 400.0, 4: 300.0, 5: 300.0, 6: 300.0, 7: 300.0}
+    d = _run(_state(set(), leases), solver)
     assert d.reserved_gpus == frozenset()
-    assert _grants(d) in ([("o1", [0], "auction"), ("o2", [1], "auction")],
-                          [("o1", [1], "auction"), ("o2", [0], "auction")])  # fmt: skip
     assert "job w1 starts on 4 GPU(s) whose leases end in 300 s (none held idle meanwhile)" in d.apps["W"].reason
+
+
+def test_reservations_are_off_by_default() -> None:
+    """The 2-free-GPU case of the test above without reserve_wide_gangs: no reservation, O gets the GPUs."""
+    leases = {2: 100.0, 3: 400.0, 4: 300.0, 5: 300.0, 6: 300.0, 7: 300.0}
+    state = _state({0, 1}, leases)
+    d = run_round(state, ArbiterConfig(restart_cost_s=0.0, fairness_knob=0.0, lease_s=LEASE))
+    check_invariants(state, d)
+    assert d.reserved_gpus == frozenset() and sorted(g.job_id for g in d.grants) == ["o1", "o2"]
 
 
 # ------------------------------------------------------------------------------- 2. the reservation is fulfilled
@@ -317,7 +336,7 @@ def test_reservation_is_deterministic(solver: str, free: frozenset[int]) -> None
     """The same state twice (and with the apps listed in reverse) gives the same Decision."""
     leases = {g: dt for g, dt in BUSY.items() if g not in free}
     state = _state(set(free), leases, extra=_second_wide_app())
-    cfg = ArbiterConfig(restart_cost_s=0.0, fairness_knob=0.0, lease_s=LEASE, solver=solver)
+    cfg = ArbiterConfig(reserve_wide_gangs=True, restart_cost_s=0.0, fairness_knob=0.0, lease_s=LEASE, solver=solver)
     d1, d2 = run_round(state, cfg), run_round(state, cfg)
     assert d1 == d2
     assert d1.reserved_gpus or any(g.source == "reservation" for g in d1.grants)

@@ -20,6 +20,8 @@ EXAMPLE = Path(__file__).resolve().parents[3] / "daemon" / "themis.yaml"
     ({"scheduler": {"fairness_knob": 1}}, "scheduler.fairness_knob: value 1 is not a number in [0, 1)"),
     ({"scheduler": {"grace_s": "10s"}}, "scheduler.grace_s: value '10s' is not a number >= 0"),
     ({"scheduler": {"solver": "gurobi"}}, "scheduler.solver: value 'gurobi' is not one of auto, exact, fast"),
+    ({"scheduler": {"restart_cost_s": -1}}, "scheduler.restart_cost_s: value -1 is not a number >= 0"),
+    ({"scheduler": {"reserve_wide_gangs": "yes"}}, "scheduler.reserve_wide_gangs: value 'yes' is not true or false"),
     ({"poll_interval_s": True}, "poll_interval_s: value True is not a positive number"),
     ({"state_dir": "var/lib"}, "state_dir: value 'var/lib' is not an absolute path"),
     ({"metrics": {"listen": "localhost"}}, "metrics.listen: value 'localhost' is not HOST:PORT"),
@@ -41,6 +43,9 @@ def test_defaults_and_values() -> None:
     assert cfg.mode == "observe"
     assert cfg.scheduler.lease_s == 30.0
     assert cfg.slurm.partitions == ("gpu",)
+    assert (cfg.scheduler.restart_cost_s, cfg.scheduler.reserve_wide_gangs) == (60.0, False)
+    on = parse({"scheduler": {"reserve_wide_gangs": True, "restart_cost_s": 0}}).scheduler
+    assert (on.reserve_wide_gangs, on.restart_cost_s) == (True, 0.0)
     assert parse(None) == Config(source="themis.yaml")
     assert parse({"metrics": {"listen": ""}}).metrics.address is None
     assert parse({"metrics": {"listen": "[::1]:9000"}}).metrics.address == ("::1", 9000)
