@@ -134,8 +134,9 @@ def run_task(task: Task) -> tuple[str, str, Metrics, float, int]:
 SHAPES = {"64": (2, 8, 4, 1), "32": (2, 2, 8, 2), "philly": (8, 16, 8, 1)}  # racks, nodes/rack, GPUs/node, islands
 
 
-def SHAPES_OF(t: Task) -> tuple[int, int, int, int]:  # noqa: N802
-    return (t.racks, t.nodes_per_rack, t.gpus_per_node, t.islands_per_node)
+def same_setup(t: Task) -> str:
+    """Identity of a simulation's setup (not its experiment key): equal setups give equal results."""
+    return repr((t.policy, t.spec, t.racks, t.nodes_per_rack, t.gpus_per_node, t.islands_per_node, t.knobs, t.cfg))
 
 
 class Eval:
@@ -184,7 +185,7 @@ class Eval:
 
     def execute(self) -> None:
         """Run every task, slowest first (Themis, the paper-size runs), on `workers` processes."""
-        same = lambda t: repr((t.policy, t.spec, SHAPES_OF(t), t.knobs, t.cfg))  # noqa: E731
+        same = same_setup
         unique: dict[str, Task] = {}
         for t in self.tasks:  # an experiment that repeats another's setup (f = 0.8 in the f sweep) runs once
             unique.setdefault(same(t), t)
