@@ -16,13 +16,21 @@ WHAT IT DOES
       reads THIS record, never the user-editable Comment;
     * in mode "enforce" the job is held (priority 0, Reason JobHeldUser) and made requeueable;
       in mode "observe" it is not held; in mode "off" nothing at all happens.
-  At update (slurm_job_modify), for jobs in managed partitions and users who are not Themis operators:
-    * releasing a managed job (scontrol release = priority INFINITE) or any other priority change is refused
-      with "Job is in held state, pending scheduler release";
-    * changing the partition (into or out of a managed one), ReqNodeList/ExcNodeList, Features, the GPU
-      request (Gres/TRES), node counts, or AdminComment is refused with "Access/permission denied";
-    * everything else is allowed: Comment (progress reports), shorter TimeLimit, Name, ... and scancel is
-      not an update at all. Root, the SlurmUser and the configured operators may do anything.
+  At update (slurm_job_modify), for jobs in managed partitions and users who are not Themis operators,
+  DENY BY DEFAULT: an update is accepted only when every field it sets is on a short allowlist that cannot
+  start, move, widen or reprioritise the job (see OWNER_MAY_SET and UPDATE_FIELDS below):
+    * allowed: Comment (progress reports), Name, MailType/MailUser, a TimeLimit no longer than the current;
+    * the owner's `scontrol hold`/`uhold` is recorded as the option hold=user in the Comment (the job stays
+      held by Themis, and themisd grants it nothing until that option is gone); the owner's
+      `scontrol release` removes hold=user and is refused when there is none ("Job is in held state,
+      pending scheduler release"); any other priority change is refused the same way;
+    * everything else (Nice, Partition, node lists, features, GPU request, QOS, Account, Dependency,
+      BeginTime, Requeue=0, ...) is refused with "Access/permission denied", and the field is named in
+      slurmctld's log (and to the user on Slurm 24.05 and later);
+    * moving an unmanaged job into a managed partition or adding GPUs to a CPU job there is refused too.
+  scancel is not an update at all. Root, the SlurmUser and the configured operators may do anything.
+  Two things slurmctld does before this hook runs, so it cannot refuse them: ArrayTaskThrottle (only
+  changes how many tasks Themis may grant at once) and the admin-only AdminComment check.
 
   Note: Slurm 22.05 discards slurm.log_user() messages in slurm_job_modify (only slurm_job_submit can talk to
   the user), so a refused update is reported through the error code; the reason goes to slurmctld's log.
@@ -396,6 +404,13 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   local where = table.concat(parts, ",")
 
   if cfg.mode == "enforce" then
+    -- First, before the batch check: slurmctld runs this hook once per component and only component 0
+    -- carries the script, so a GPU component at offset 1+ would otherwise get the interactive message.
+    if is_set_num(job_desc.het_job_offset, NO_VAL) then
+      slurm.log_user("themis: heterogeneous jobs are not supported in partition %s: Themis schedules a " ..
+                     "job's GPUs as one gang; submit the components as separate jobs", where)
+      return slurm.ERROR
+    end
     if job_desc.script == nil and not cfg.allow_interactive then
       slurm.log_user("themis: GPU jobs in partition %s must be batch jobs (sbatch): Themis takes GPUs back " ..
                      "by requeueing, which only works for batch jobs; use an unmanaged partition for " ..
@@ -407,10 +422,6 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
                      "preempts by requeueing; see the user guide on checkpointing)", where)
       return slurm.ERROR
     end
-    if is_set_num(job_desc.het_job_offset, NO_VAL) then
-      slurm.log_user("themis: heterogeneous jobs are not supported in partition %s", where)
-      return slurm.ERROR
-    end
     job_desc.requeue = 1
     job_desc.priority = 0            -- held (Reason JobHeldUser) until themisd pins and releases it
   end
@@ -420,9 +431,135 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   return slurm.SUCCESS
 end
 
+-- ------------------------------------------------------------------------------- owner updates (modify)
+-- Every field of job_desc that an update can carry and job_submit/lua lets this script read, with the value
+-- it reads as when the update leaves it alone. Source: Slurm 22.05 job_submit_lua.c _get_job_req_field
+-- (names) and api/init_msg.c slurm_init_job_desc_msg (defaults: NO_VAL* there, 0 / nil otherwise).
+-- A name a Slurm release does not know reads as nil, i.e. "not set", so one list serves every release:
+-- add the names a newer Slurm introduces (see the Slurm 25.11 notes in docs/design.md) below.
+-- Kinds: "s" string (unset = nil), "n" number with default 0, or the NO_VAL constant it defaults to;
+-- "bits" is bitflags, where slurmctld itself sets USE_DEFAULT_ACCT/PART/QOS/WCKEY (bits 25-28) on every
+-- update: any other bit (e.g. RESET_ACCRUE_TIME, which resets the priority's age factor) counts as set.
+local NO_VAL8 = slurm.NO_VAL8 or 254
+local NO_VAL64 = slurm.NO_VAL64 or 18446744073709551614
+local UPDATE_FIELDS = {
+  account = "s", acctg_freq = "s", admin_comment = "s", array_inx = "s",
+  batch_features = "s", begin_time = "n", bitflags = "bits", boards_per_node = "n", burst_buffer = "s",
+  clusters = "s", comment = "s", container = "s", contiguous = NO_VAL16, cores_per_socket = NO_VAL16,
+  cpu_freq_min = NO_VAL, cpu_freq_max = NO_VAL, cpu_freq_gov = NO_VAL, cpus_per_task = NO_VAL16,
+  cpus_per_tres = "s", cron_job = "n", delay_boot = NO_VAL, dependency = "s", end_time = "n", extra = "s",
+  exc_nodes = "s", features = "s", gres = "s", group_id = NO_VAL, immediate = "n", licenses = "s",
+  mail_type = NO_VAL16, mail_user = "s", max_cpus = NO_VAL, max_nodes = NO_VAL, mem_per_tres = "s",
+  min_cpus = NO_VAL, min_mem_per_node = "s", min_mem_per_cpu = "s", min_nodes = NO_VAL, name = "s",
+  network = "s", nice = NO_VAL, ntasks_per_board = "n", ntasks_per_core = NO_VAL16,
+  ntasks_per_gpu = "n", ntasks_per_node = NO_VAL16, ntasks_per_socket = NO_VAL16,
+  ntasks_per_tres = NO_VAL16, num_tasks = NO_VAL, pack_job_offset = "n", het_job_offset = "n",
+  partition = "s", prefer = "s", power_flags = "n", pn_min_cpus = NO_VAL16, pn_min_memory = NO_VAL64,
+  pn_min_tmp_disk = NO_VAL, priority = NO_VAL, qos = "s", reboot = NO_VAL16, req_context = "s",
+  req_nodes = "s", req_switch = NO_VAL, requeue = NO_VAL16, reservation = "s", script = "s",
+  shared = NO_VAL16, oversubscribe = NO_VAL16, site_factor = NO_VAL, sockets_per_board = "n",
+  sockets_per_node = NO_VAL16, std_err = "s", std_in = "s", std_out = "s", threads_per_core = NO_VAL16,
+  time_limit = NO_VAL, time_min = NO_VAL, tres_bind = "s", tres_freq = "s", tres_per_job = "s",
+  tres_per_node = "s", tres_per_socket = "s", tres_per_task = "s", wait4switch = NO_VAL,
+  work_dir = "s", wckey = "s",
+}
+-- Not listed, because slurmctld fills them in, not the update: alloc_node (the host the update came from),
+-- user_id (the job's owner, filled in before this hook runs; checked separately), user_name/default_*
+-- (follow from it); environment
+-- is a proxy table, argc/argv/spank_job_env are not updatable.
+-- (min_mem_per_node / min_mem_per_cpu are numbers when set; listed as "s" so that nil means unset.)
+
+-- What an owner (not an operator) may set on a Themis-managed job. Nothing here can start, move, widen or
+-- reprioritise the job: Comment (progress reports), Name, MailType/MailUser, and a TimeLimit no longer
+-- than the current one. Hold/release by the owner (priority) is translated below, never passed through.
+-- Everything else is refused, naming the field.
+local MODIFY_CAN_TALK = slurm.STEPMGR_ENABLED ~= nil
+local OWNER_MAY_SET = { comment = true, name = true, mail_type = true, mail_user = true, time_limit = true }
+
+-- Hold by the owner. Slurm cannot tell the owner's hold from Themis's (both are priority 0, JobHeldUser),
+-- so job_submit.lua records it as the option  hold=user  in the Comment's themis: options, where themisd
+-- reads it (the job is then ineligible for grants), and the owner's `scontrol release` removes it again.
+-- The job itself stays held by Themis throughout. The owner can also write or remove the option directly.
+local USER_HOLD_OPTION = "hold=user"
+
+local function comment_has_user_hold(comment)
+  if comment == nil then return false end
+  local s = trim(comment)
+  if s:sub(1, #COMMENT_PREFIX):lower() ~= COMMENT_PREFIX then return false end
+  local options = s:sub(#COMMENT_PREFIX + 1):match("^([^;]*)")
+  for item in options:gmatch("[^,]+") do
+    local k, v = item:match("^%s*([^=]-)%s*=%s*(.-)%s*$")
+    if k and k:lower() == "hold" and v:lower() == "user" then return true end
+  end
+  return false
+end
+
+local function comment_with_user_hold(comment)
+  local s = trim(comment or "")
+  if comment_has_user_hold(s) then return s end
+  if s:sub(1, #COMMENT_PREFIX):lower() == COMMENT_PREFIX then
+    local body = s:sub(#COMMENT_PREFIX + 1)
+    local options, rest = body:match("^([^;]*)(.*)$")
+    if trim(options) == "" then return COMMENT_PREFIX .. USER_HOLD_OPTION .. rest end
+    return COMMENT_PREFIX .. options .. "," .. USER_HOLD_OPTION .. rest
+  end
+  if s == "" then return COMMENT_PREFIX .. USER_HOLD_OPTION end
+  return COMMENT_PREFIX .. USER_HOLD_OPTION .. ";" .. s
+end
+
+local function comment_without_user_hold(comment)
+  local s = trim(comment or "")
+  local body = s:sub(#COMMENT_PREFIX + 1)
+  local options, rest = body:match("^([^;]*)(.*)$")
+  local kept = {}
+  for item in options:gmatch("[^,]+") do
+    local k, v = item:match("^%s*([^=]-)%s*=%s*(.-)%s*$")
+    if not (k and k:lower() == "hold" and v:lower() == "user") then kept[#kept + 1] = trim(item) end
+  end
+  if #kept == 0 then
+    local free = rest:sub(2)                      -- drop the ';'
+    if free == "" and rest == "" then return "" end
+    return free
+  end
+  return COMMENT_PREFIX .. table.concat(kept, ",") .. rest
+end
+
+local UNSET_NUMBERS = { [NO_VAL] = true, [NO_VAL16] = true, [NO_VAL8] = true, [NO_VAL64] = true }
+
+-- The fields an update sets, in a stable order (names as in UPDATE_FIELDS).
+local function fields_set(job_desc)
+  local out = {}
+  for name, kind in pairs(UPDATE_FIELDS) do
+    local v = job_desc[name]
+    local set
+    if type(v) == "boolean" then             -- e.g. cron_job, a view of bitflags
+      set = v
+    elseif kind == "s" then
+      set = v ~= nil
+    elseif v == nil or UNSET_NUMBERS[v] then
+      set = false                           -- slurmctld unpacks some unset numbers as another NO_VAL*
+    elseif kind == "n" then
+      set = v ~= 0
+    elseif kind == "bits" then
+      set = v % 2 ^ 25 ~= 0 or math.floor(v / 2 ^ 29) ~= 0   -- Lua 5.1 has no bit operators
+    else
+      set = true
+    end
+    if set then out[#out + 1] = name end
+  end
+  table.sort(out)
+  return out
+end
+
 local function refuse(code, what, job_rec, modify_uid)
   slurm.log_info("themis: refused %s of job %s by uid %d (Themis-managed)", what, tostring(job_rec.job_id),
                  modify_uid)
+  -- 22.05 discards (and logs an error for) log_user() in this hook; 24.05+ (which export
+  -- STEPMGR_ENABLED) show it to the user. Both get the error code.
+  if MODIFY_CAN_TALK then
+    slurm.log_user("themis: job %s is managed by Themis: %s is not allowed (see the user guide)",
+                   tostring(job_rec.job_id), what)
+  end
   return code
 end
 
@@ -444,31 +581,51 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
 
   -- Adding or changing a GPU request: a CPU job in a managed partition must not turn into an unheld GPU
   -- job, and a managed job's size is what Themis allocated.
-  for _, f in ipairs({ "tres_per_node", "tres_per_job", "tres_per_socket", "tres_per_task" }) do
+  for _, f in ipairs({ "tres_per_node", "tres_per_job", "tres_per_socket", "tres_per_task", "gres" }) do
     if job_desc[f] ~= nil then return refuse(ESLURM_ACCESS_DENIED, f .. " change", job_rec, modify_uid) end
   end
 
   local managed = (job_rec.admin_comment or ""):sub(1, #RECORD_PREFIX) == RECORD_PREFIX
   if not managed then return slurm.SUCCESS end
 
-  -- scontrol release arrives as priority INFINITE, scontrol hold/uhold as 0, top/Priority= as a number:
-  -- the start of a managed job belongs to themisd, so none of them is the owner's to make.
-  if is_set_num(job_desc.priority, NO_VAL) then
-    local what = job_desc.priority == INFINITE and "release" or "priority change"
-    return refuse(ESLURM_JOB_HELD, what, job_rec, modify_uid)
+  -- Deny by default: every field the update sets must be on the owner's allowlist.
+  if job_desc.user_id ~= nil and job_desc.user_id ~= NO_VAL and job_desc.user_id ~= job_rec.user_id then
+    return refuse(ESLURM_ACCESS_DENIED, "user_id change", job_rec, modify_uid)
   end
-  -- Placement is Themis's: node lists and features would let a user steer or block it.
-  if job_desc.req_nodes ~= nil then return refuse(ESLURM_ACCESS_DENIED, "ReqNodeList change", job_rec, modify_uid) end
-  if job_desc.exc_nodes ~= nil then return refuse(ESLURM_ACCESS_DENIED, "ExcNodeList change", job_rec, modify_uid) end
-  if job_desc.features ~= nil then return refuse(ESLURM_ACCESS_DENIED, "Features change", job_rec, modify_uid) end
-  if is_set_num(job_desc.min_nodes, NO_VAL) or is_set_num(job_desc.max_nodes, NO_VAL) then
-    return refuse(ESLURM_ACCESS_DENIED, "node count change", job_rec, modify_uid)
+  local hold, release = false, false
+  for _, f in ipairs(fields_set(job_desc)) do
+    if f == "priority" then
+      -- scontrol hold/uhold = 0, release = INFINITE, top/Priority= a number: the start of a managed job
+      -- belongs to themisd. The owner's hold and release only toggle hold=user (see above).
+      if job_desc.priority == 0 then
+        hold = true
+      elseif job_desc.priority == INFINITE then
+        release = true
+      else
+        return refuse(ESLURM_JOB_HELD, "priority change", job_rec, modify_uid)
+      end
+    elseif f == "time_limit" then
+      -- The time limit may feed the estimate Themis fixed at submit: only shortening is allowed.
+      local old = job_rec.time_limit
+      local want = job_desc.time_limit
+      if want == INFINITE or (old ~= nil and old ~= INFINITE and old ~= NO_VAL and want > old) then
+        return refuse(ESLURM_ACCESS_DENIED, string.format("raising TimeLimit (%s -> %s minutes)",
+                      tostring(old), want == INFINITE and "UNLIMITED" or tostring(want)), job_rec, modify_uid)
+      end
+    elseif not OWNER_MAY_SET[f] then
+      return refuse(ESLURM_ACCESS_DENIED, string.format("%s change (to %s)", f, shown(tostring(job_desc[f]))),
+                    job_rec, modify_uid)
+    end
   end
-  if job_desc.admin_comment ~= nil then
-    return refuse(ESLURM_ACCESS_DENIED, "AdminComment change", job_rec, modify_uid)
-  end
-  if is_set_num(job_desc.requeue, NO_VAL16) and job_desc.requeue == 0 then
-    return refuse(ESLURM_ACCESS_DENIED, "Requeue=0", job_rec, modify_uid)
+  if hold or release then
+    local comment = job_desc.comment or job_rec.comment
+    if release and not comment_has_user_hold(comment) then
+      return refuse(ESLURM_JOB_HELD, "release", job_rec, modify_uid)
+    end
+    job_desc.priority = NO_VAL       -- Themis's hold stays exactly as it is
+    job_desc.comment = hold and comment_with_user_hold(comment) or comment_without_user_hold(comment)
+    slurm.log_info("themis: job %s: owner uid %d %s (Comment now %q)", tostring(job_rec.job_id), modify_uid,
+                   hold and "holds it: hold=user" or "releases its own hold", job_desc.comment)
   end
   return slurm.SUCCESS
 end

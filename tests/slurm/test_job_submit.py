@@ -141,12 +141,132 @@ def test_owner_cannot_release_but_root_can(cluster: Cluster) -> None:
         assert res.returncode != 0
         assert "held state, pending scheduler release" in res.stderr
     for args in (["scontrol", "update", f"JobId={job_id}", "Priority=100"],
-                 ["scontrol", "hold", str(job_id)]):
+                 ["scontrol", "top", str(job_id)]):
         assert cluster.run(args, user=ALICE).returncode != 0
     time.sleep(0.5)
     assert _held(cluster, job_id)["priority"] == 0  # still held after all those attempts
     cluster.check(["scontrol", "release", str(job_id)])
     cluster.wait_job(job_id, {"RUNNING", "COMPLETING", "COMPLETED"}, timeout=20)
+
+
+# Every `scontrol update` key of Slurm 22.05 (scontrol(1), src/scontrol/update_job.c) that is not on the
+# owner's allowlist, with a value Slurm accepts in form. Each must be refused for the owner of a held
+# managed job, and the job must stay held and unchanged. (ArrayTaskThrottle is not here: slurmctld applies
+# it before job_submit.lua runs; it is covered by test_array_throttle_is_not_a_way_out.)
+REFUSED_UPDATES = [
+    "Account=other", "AdminComment=x", "BurstBuffer=x", "Clusters=x", "ClusterFeatures=x", "Contiguous=1",
+    "CoreSpec=1", "CPUsPerTask=2", "CpusPerTres=gpu:2", "Deadline=now+1day", "DelayBoot=60",
+    "Dependency=singleton", "EligibleTime=now+1hour", "StartTime=now", "EndTime=now+1day",
+    "ExcNodeList=node1", "Features=fast", "Gres=gpu:2", "Licenses=x", "MemPerTres=gpu:100",
+    "MinCPUsNode=2", "MinMemoryCPU=100", "MinMemoryNode=100", "MinTmpDiskNode=10", "Nice=0", "Nice=1",
+    "Nice=100", "NodeList=node1", "NumCPUs=2", "NumNodes=2", "NumTasks=2", "OverSubscribe=no",
+    "Shared=yes", "Partition=debug", "Prefer=fast", "Priority=1", "Priority=4294967294", "QOS=normal",
+    "Reboot=yes", "ReqCores=2", "ReqNodeList=node2", "ReqSockets=1", "ReqThreads=1", "Requeue=0",
+    "Reservation=x", "ResetAccrueTime", "SiteFactor=100", "StdOut=/tmp/elsewhere", "Switches=1@10",
+    "TasksPerNode=2", "ThreadSpec=1", "TimeLimit=UNLIMITED", "TimeLimit=120", "TimeMin=5",
+    "TresBind=gpu:closest", "TresFreq=gpu:low", "TresPerJob=gres:gpu:2", "TresPerNode=gres:gpu:2",
+    "TresPerSocket=gres:gpu:1", "TresPerTask=gres:gpu:1", "WCKey=x", "WorkDir=/", "UserID=themis-bob",
+]
+# Keys of `scontrol show job -o` that legitimately move while a pending job just sits there.
+VOLATILE = {"LastSchedEval", "Reason", "AccrueTime", "EligibleTime", "StartTime", "EndTime"}
+
+
+def _show(cluster: Cluster, job_id: int) -> dict[str, str]:
+    out = cluster.check(["scontrol", "show", "job", "-o", str(job_id)])
+    fields = dict(item.split("=", 1) for item in out.split() if "=" in item)
+    return {k: v for k, v in fields.items() if k not in VOLATILE}
+
+
+def test_owner_updates_are_denied_by_default(cluster: Cluster) -> None:
+    """Walks every update key as the owner: each refused, the job still held and unchanged."""
+    job_id = cluster.sbatch("--gres=gpu:1", "--time=60", "--comment=themis:app=walk")
+    _held(cluster, job_id)
+    before = _show(cluster, job_id)
+    accepted = []
+    for change in REFUSED_UPDATES:
+        res = cluster.run(["scontrol", "update", f"JobId={job_id}", change], user=ALICE)
+        if res.returncode == 0:
+            accepted.append(change)
+    time.sleep(3)  # long enough for a scheduling pass to start a job that escaped (Nice= did, in 2 s)
+    after = _show(cluster, job_id)
+    assert not accepted, f"owner updates accepted on a managed job: {accepted}"
+    assert after["JobState"] == "PENDING" and after["Priority"] == "0"
+    assert cluster.job(job_id)["state_reason"] == "JobHeldUser"
+    assert {k: (before.get(k), after.get(k)) for k in before.keys() | after.keys()
+            if before.get(k) != after.get(k)} == {}
+
+
+def test_nice_does_not_start_a_held_job(cluster: Cluster) -> None:
+    # The hole found in production: Nice>=0 by the owner made slurmctld recompute the priority (0 -> 2).
+    job_id = cluster.sbatch("--gres=gpu:1", wrap="true")
+    _held(cluster, job_id)
+    for nice in ("0", "1", "10"):
+        assert cluster.run(["scontrol", "update", f"JobId={job_id}", f"Nice={nice}"], user=ALICE).returncode
+    time.sleep(3)
+    job = _held(cluster, job_id)
+    assert job["priority"] == 0
+
+
+def test_time_limit_may_only_shrink(cluster: Cluster) -> None:
+    job_id = cluster.sbatch("--gres=gpu:1", "--time=10")
+    _held(cluster, job_id)
+    for change in ("TimeLimit=20", "TimeLimit=UNLIMITED", "TimeLimit=+5"):
+        res = cluster.run(["scontrol", "update", f"JobId={job_id}", change], user=ALICE)
+        assert res.returncode != 0, change
+    assert cluster.job(job_id)["time_limit"] == 10
+    cluster.check(["scontrol", "update", f"JobId={job_id}", "TimeLimit=5"], user=ALICE)
+    cluster.check(["scontrol", "update", f"JobId={job_id}", "TimeLimit=5"], user=ALICE)  # same: fine
+    assert _held(cluster, job_id)["time_limit"] == 5
+    cluster.check(["scontrol", "update", f"JobId={job_id}", "TimeLimit=30"])  # an operator may raise it
+    assert cluster.job(job_id)["time_limit"] == 30
+
+
+def test_owner_hold_and_release_toggle_hold_user(cluster: Cluster) -> None:
+    """`scontrol hold` by the owner is recorded as hold=user in the Comment; the job stays Themis-held."""
+    job_id = cluster.sbatch("--gres=gpu:1", "--comment=themis:app=h1;my note")
+    _held(cluster, job_id)
+    cluster.check(["scontrol", "hold", str(job_id)], user=ALICE)
+    job = _held(cluster, job_id)
+    assert job["comment"] == "themis:app=h1,hold=user;my note"
+    assert job["priority"] == 0
+    # Another user may neither hold nor release it.
+    assert cluster.run(["scontrol", "release", str(job_id)], user=BOB).returncode != 0
+    assert _held(cluster, job_id)["comment"] == "themis:app=h1,hold=user;my note"
+    # The owner's release removes the user hold only: Themis's hold stays.
+    cluster.check(["scontrol", "release", str(job_id)], user=ALICE)
+    time.sleep(2)
+    job = _held(cluster, job_id)
+    assert job["comment"] == "themis:app=h1;my note" and job["priority"] == 0
+    # A second release has nothing of the owner's left to release.
+    res = cluster.run(["scontrol", "release", str(job_id)], user=ALICE)
+    assert res.returncode != 0 and "held state, pending scheduler release" in res.stderr
+    # uhold is a hold too; a free-text comment gets the option in front.
+    cluster.check(["scontrol", "update", f"JobId={job_id}", "Comment=just text"], user=ALICE)
+    cluster.check(["scontrol", "uhold", str(job_id)], user=ALICE)
+    assert _held(cluster, job_id)["comment"] == "themis:hold=user;just text"
+    cluster.check(["scontrol", "release", str(job_id)], user=ALICE)
+    assert _held(cluster, job_id)["comment"] == "just text"
+
+
+def test_array_throttle_is_not_a_way_out(cluster: Cluster) -> None:
+    # slurmctld applies ArrayTaskThrottle before job_submit.lua sees the update: whatever the answer, no
+    # task may start by it.
+    job_id = cluster.sbatch("--gres=gpu:1", "--array=0-3%1", wrap="true")
+    _held(cluster, job_id)
+    cluster.run(["scontrol", "update", f"JobId={job_id}", "ArrayTaskThrottle=4"], user=ALICE)
+    time.sleep(3)
+    for task in cluster.array_tasks(job_id):
+        assert task["job_state"] == "PENDING" and task["state_reason"] == "JobHeldUser"
+
+
+@pytest.mark.parametrize("order", ["gpu-first", "gpu-second"])
+def test_hetjob_with_a_managed_gpu_component_is_refused(cluster: Cluster, order: str) -> None:
+    gpu = ["-p", "gpu", "--gres=gpu:1"]
+    cpu = ["-p", "debug"]
+    first, second = (gpu, cpu) if order == "gpu-first" else (cpu, gpu)
+    res = cluster.sbatch_result(*first, ":", *second, script="#!/bin/sh\nsleep 1\n", wrap=None)
+    assert res.returncode == 1, res.stdout
+    assert "heterogeneous jobs are not supported" in res.stderr
 
 
 @pytest.mark.parametrize(
