@@ -577,3 +577,45 @@ def _no_foreign_held_jobs(cluster: Cluster) -> None:
     if other:  # e.g. tests/slurm/test_demo.py's: it would start, preempt or requeue these tests' jobs
         pytest.skip(f"another themisd runs on the shared cluster ({other})")
     os.environ.setdefault("SLURM_CONF", cluster.env["SLURM_CONF"])
+
+
+def test_only_jobs_that_can_start_get_gpus(cluster: Cluster, themisd: Themisd) -> None:
+    """--begin, --dependency, an array throttle and the owner's hold: never granted, no release timeout.
+
+    Before: each was granted, stayed PENDING (BeginTime / Dependency / JobArrayTaskLimit), hit the release
+    timeout, was held and granted again ~2 s later, in a loop, with 4-6 of the 8 GPUs idle meanwhile.
+    """
+    anchor = cluster.sbatch("-p", "debug", "--gres=gpu:1", user=BOB, wrap="sleep 600")  # a dependency target
+    begin = submit(cluster, ALICE, "gpu:2", "themis:app=later", 30, "--begin=now+600")
+    dep = submit(cluster, ALICE, "gpu:2", "themis:app=dep", 30, f"--dependency=afterok:{anchor}")
+    array = submit(cluster, BOB, "gpu:1", "themis:app=arr", 200, "--array=0-3%1")
+    mine = submit(cluster, ALICE, "gpu:2", "themis:app=mine", 30)
+    cluster.check(["scontrol", "hold", str(mine)], user=ALICE)  # the owner's right: hold=user
+    ok = submit(cluster, BOB, "gpu:2", "themis:app=ok", 200)
+    themisd.start()
+    cluster.wait_job(ok, "RUNNING", timeout=30)
+    time.sleep(LEASE_S + 5)  # a lease expiry and several rounds with free GPUs and waiting (blocked) work
+    running = [t for t in cluster.array_tasks(array) if t["job_state"] == "RUNNING"]
+    assert len(running) == 1, f"array throttle %1 but {len(running)} tasks running"
+    for jid in (begin, dep, mine):
+        job = cluster.job(jid)
+        assert job["job_state"] == "PENDING" and job["priority"] == 0, (jid, job["state_reason"])
+    with themisd.db() as db:
+        granted = {r[0] for r in db.execute("SELECT job_id FROM decisions WHERE action = 'grant'")}
+        timeouts = db.execute("SELECT COUNT(*) FROM events WHERE kind = 'release-timeout'").fetchone()[0]
+    assert not granted & {str(begin), str(dep), str(mine)}, granted
+    assert timeouts == 0
+    # status and explain say why (the CLI reads the state database and Slurm directly)
+    env = dict(themisd.env)
+    cli = [sys.executable, "-m", "themis_slurm.cli.main"]
+    out = subprocess.run([*cli, "explain", str(begin), "-c", str(themisd.config)], env=env, text=True,
+                         capture_output=True, timeout=60)
+    assert "not eligible" in out.stdout and "BeginTime" in out.stdout, out.stdout + out.stderr
+    out = subprocess.run([*cli, "status", "-c", str(themisd.config)], env=env, text=True, capture_output=True,
+                         timeout=60)
+    assert "NOT_ELIGIBLE" in out.stdout and "Dependency" in out.stdout and "held by its owner" in out.stdout, \
+        out.stdout + out.stderr
+    # the owner's release gives it back to Themis, which starts it
+    cluster.check(["scontrol", "release", str(mine)], user=ALICE)
+    cluster.wait_job(mine, "RUNNING", timeout=LEASE_S + 30)
+    assert "Traceback" not in themisd.log.read_text()

@@ -24,6 +24,7 @@ from themis_slurm.api.auth import Identity
 from themis_slurm.api.cluster import GPU_STATES, gpu_states, reserved_from_rows
 from themis_slurm.api.db import Row, StateReader
 from themis_slurm.api.slurmconf import SlurmConfInfo
+from themis_slurm.slurm.eligibility import ineligible
 from themis_slurm.slurm.model import ManagedJob, Snapshot
 
 Doc = dict[str, Any]
@@ -125,6 +126,8 @@ def merged_jobs(ctx: Context) -> list[Doc]:
     """Every managed job Themis or Slurm knows: the database intent joined with Slurm's live view."""
     rows = {r["job_id"]: r for r in ctx.state.jobs()}
     live = _managed(ctx)
+    busy = {jid for jid, r in rows.items() if r["intent"] in ("granted", "starting")}
+    blocked = ineligible(live.values(), busy)
     out = []
     for jid in sorted(set(rows) | set(live), key=_job_sort_key):
         r, m = rows.get(jid), live.get(jid)
@@ -152,6 +155,7 @@ def merged_jobs(ctx: Context) -> list[Doc]:
             "estimate_source": r.get("est_source") if r else "",
             "service_gpu_s": r.get("service_s", 0.0) if r else 0.0,
             "adopted": bool(r.get("adopted")) if r else False,
+            "ineligible": blocked.get(jid) if (r is None or r["intent"] == "waiting") else None,
         })
     return out
 
@@ -262,6 +266,8 @@ def cluster_view(ctx: Context, params: Mapping[str, str]) -> Doc:
                        "next_lease_end": leases[0]["lease_end"] if leases else None},
         "apps": [a for a in apps if v.sees(a["owner"])],
         "next_leases": [x for x in leases if v.sees(x["user"])][:NEXT_LEASES],
+        "ineligible": [{"job": j["job"], "app": j["app"], "user": j["user"], "gpus": j["gpus"],
+                        "reason": j["ineligible"]} for j in jobs if j["ineligible"] and v.sees(j["user"])],
         "rounds": {"total": stats["n"] or 0, "last_time": stats["last_time"],
                    "preemptions": stats["preemptions"] or 0, "mean_latency_s": stats["mean_latency_s"],
                    "max_latency_s": stats["max_latency_s"]},
@@ -405,6 +411,10 @@ def _summary(job: Doc, app: Doc | None, rounds: list[Doc], now: float) -> str:
                 f"{job['job']}` for Slurm's record)")
     if intent == "new":
         return "seen in Slurm but not yet recorded by themisd (it is picked up on the next cycle)"
+    if job.get("ineligible"):
+        return (f"waiting, not eligible for GPUs: {job['ineligible']}. Slurm would not start it if Themis "
+                f"released it, so it gets no grant and counts towards nobody's share until that changes; "
+                f"{standing}")
     if last_app is None:
         return (f"waiting: no round has considered it yet (a round runs when GPUs are free while jobs wait, "
                 f"or a lease expires); {standing}")

@@ -38,6 +38,12 @@ LEASE_COLUMNS = (
     Column("gpus", "GPUS", lambda x: x["gpus"], True),
     Column("nodes", "NODES", lambda x: nodes_text(x["nodes"])),
 )
+INELIGIBLE_COLUMNS = (
+    Column("job", "NOT_ELIGIBLE", lambda x: x["job"], True),
+    Column("app", "APP", lambda x: x["app"]),
+    Column("gpus", "GPUS", lambda x: x["gpus"], True),
+    Column("reason", "REASON (Slurm would not start it if released)", lambda x: x["reason"]),
+)
 STATUS_APP_DEFAULT = ("rank", "app", "owner", "running", "waiting", "gpus", "rho", "preemptions")
 
 
@@ -74,6 +80,8 @@ def render_status(doc: dict[str, Any], opts: TableOptions) -> str:
     parts.append(render(doc["apps"], APP_COLUMNS, STATUS_APP_DEFAULT, opts))
     if doc["next_leases"] or not opts.parsable:
         parts.append(render(doc["next_leases"], LEASE_COLUMNS, [c.name for c in LEASE_COLUMNS], plain))
+    if doc.get("ineligible"):
+        parts.append(render(doc["ineligible"], INELIGIBLE_COLUMNS, [c.name for c in INELIGIBLE_COLUMNS], plain))
     if not opts.parsable:
         parts.append(footer(doc))
     return "\n\n".join(parts)

@@ -41,6 +41,11 @@ from themis_slurm.slurm.model import ManagedJob, SlurmBackend, Snapshot
 
 log = logging.getLogger("themisd")
 
+# Reasons a released job may stay pending for that say nothing about the job itself (the GPUs were not free
+# yet, a scheduling pass had not run, it was held again): no reason to keep it out of the next rounds.
+NOT_THE_JOBS_FAULT = frozenset({"", "None", "Priority", "Resources", "JobHeldUser", "JobHeldAdmin",
+                                "BeginTime", "job_requeued_in_held_state"})
+
 
 @dataclass(frozen=True)
 class CycleReport:
@@ -83,6 +88,9 @@ class Daemon:
         self._seen_warnings: frozenset[str] = frozenset()
         self._actions = 0
         self._errors = 0
+        # job id -> (why, until): a released job that Slurm kept pending for a reason Themis cannot see on a
+        # held job (QOS/association limits, ...) is not granted again before `until` (one lease).
+        self._learned: dict[str, tuple[str, float]] = {}
         self.last_snapshot: Snapshot | None = None  # served by the status API (no extra Slurm reads)
         self.last_cycle_time: float | None = None
 
@@ -146,7 +154,8 @@ class Daemon:
 
         apps = self._account(snap, jobs, rows, now)
 
-        inp = build_round(snap, rows, apps, self.cfg, now)
+        self._learned = {j: v for j, v in self._learned.items() if j in jobs and v[1] > now}
+        inp = build_round(snap, rows, apps, self.cfg, now, {j: why for j, (why, _) in self._learned.items()})
         trigger = round_due(inp, self._last_signature)
         report = dict(trigger=trigger)
         if trigger is not None:
@@ -181,6 +190,12 @@ class Daemon:
                 rows[fix.job_id] = fix.before
             self.store.add_event(now, fix.kind, fix.reason, fix.job_id, fix.app_key)
         self.metrics.events.labels(fix.kind).inc()
+        mj = jobs.get(fix.job_id)
+        if fix.kind == "release-timeout" and mj is not None and mj.reason not in NOT_THE_JOBS_FAULT:
+            why = f"{mj.reason}: Slurm kept it pending when Themis released it"
+            self._learned[fix.job_id] = (why, now + self.cfg.scheduler.lease_s)
+            log.warning("job %s (app %s) not granted again for %.0f s: %s", fix.job_id, fix.app_key,
+                        self.cfg.scheduler.lease_s, why)
         level = logging.DEBUG if fix.kind == "new" and fix.action is None else logging.INFO
         log.log(level, "%s app=%s job=%s: %s", fix.kind, fix.app_key, fix.job_id, fix.reason)
         if fix.action is None:

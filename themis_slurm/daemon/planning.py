@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from themis_slurm.core.arbiter import ClusterState
 from themis_slurm.core.decision import Decision, Grant
@@ -30,6 +30,7 @@ from themis_slurm.core.workload import App, Lease
 from themis_slurm.daemon.config import Config
 from themis_slurm.daemon.estimates import checked_progress, core_job, done_and_work, estimate, profile_of
 from themis_slurm.daemon.state import AppRow, JobRow
+from themis_slurm.slurm.eligibility import ineligible
 from themis_slurm.slurm.model import ManagedJob, Snapshot
 
 TRANSITIONAL = ("granted", "starting", "warning", "warned", "requeueing")
@@ -136,6 +137,7 @@ class RoundInput:
     expired: frozenset[str]
     reserved: Mapping[str, frozenset[int]]
     leased: frozenset[int]
+    ineligible: Mapping[str, str] = field(default_factory=dict)  # waiting jobs Slurm would not start -> why
 
     @property
     def signature(self) -> tuple[frozenset[int], frozenset[str]]:
@@ -143,12 +145,19 @@ class RoundInput:
 
 
 def build_round(snapshot: Snapshot, rows: Mapping[str, JobRow], apps: Mapping[str, AppRow], cfg: Config,
-                now: float) -> RoundInput:
-    """The arbiter's ClusterState for this cycle (see the module docstring)."""
+                now: float, learned: Mapping[str, str] | None = None) -> RoundInput:
+    """The arbiter's ClusterState for this cycle (see the module docstring).
+
+    Waiting jobs that Slurm would not start if released (`slurm.eligibility`; ``learned`` adds reasons the
+    daemon saw after a release timed out) are left out of the round altogether: they get no grant and
+    count towards nobody's allocation until that changes.
+    """
     topo = snapshot.topology
     jobs = {m.job_id: m for m in snapshot.managed}
     enforce = cfg.mode == "enforce"
     reserved = reserve(snapshot, rows.values(), jobs)
+    busy = {jid for jid, r in rows.items() if r.intent in ("granted", "starting")}
+    blocked = ineligible(snapshot.managed, busy, learned)
     used: set[int] = set()
     leases: list[Lease] = []
     core_jobs: dict[str, list] = {}
@@ -179,6 +188,8 @@ def build_round(snapshot: Snapshot, rows: Mapping[str, JobRow], apps: Mapping[st
             lease = Lease(jid, claim(reserved.get(jid, ())), now, FOREVER)
             preemptible = False
         elif row.intent == "waiting" and mj.state == "PENDING" and (mj.held or not enforce):
+            if jid in blocked:
+                continue
             waiting.add(jid)
         elif mj.gpu_ids:
             # transitional running jobs, completing ones, unknown states: hold what Slurm says they hold
@@ -202,7 +213,8 @@ def build_round(snapshot: Snapshot, rows: Mapping[str, JobRow], apps: Mapping[st
     all_gpus = topo.size
     cluster_gpus = max(1, all_gpus - len(snapshot.unavailable))
     state = ClusterState(topo, now, free, tuple(leases), tuple(app_objs), cluster_gpus=cluster_gpus)
-    return RoundInput(state, frozenset(waiting), frozenset(expired), reserved, frozenset(used))
+    waiting_blocked = {jid: why for jid, why in blocked.items() if jid in rows and rows[jid].intent == "waiting"}
+    return RoundInput(state, frozenset(waiting), frozenset(expired), reserved, frozenset(used), waiting_blocked)
 
 
 def round_due(inp: RoundInput, last_signature: object) -> str | None:

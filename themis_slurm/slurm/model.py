@@ -45,6 +45,9 @@ class ManagedJob:
     name: str = ""
     array_job_id: int | None = None
     array_task_id: int | None = None
+    reason: str = ""  # Slurm's state_reason (JobHeldUser, Resources, AssocGrpGRES, ...)
+    blocked: str | None = None  # why Slurm would not start it if Themis released it now (None: it would)
+    array_max_tasks: int | None = None  # the array's %N throttle, None without one
 
 
 @dataclass(frozen=True)

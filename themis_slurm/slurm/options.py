@@ -106,6 +106,23 @@ def parse_progress(comment: str) -> tuple[float | None, str | None]:
     return value, None
 
 
+def has_user_hold(comment: str) -> bool:
+    """True when the Comment's themis: options carry ``hold=user`` (the owner's own hold).
+
+    job_submit.lua writes it when the owner runs ``scontrol hold`` on a managed job (Slurm cannot tell that
+    hold from Themis's) and removes it on the owner's ``scontrol release``; the owner may also edit it.
+    """
+    text = comment.strip()
+    if text[:len(COMMENT_PREFIX)].lower() != COMMENT_PREFIX:
+        return False
+    options = text[len(COMMENT_PREFIX):].split(";", 1)[0]
+    for item in options.split(","):
+        key, eq, value = item.partition("=")
+        if eq and key.strip().lower() == "hold" and value.strip().lower() == "user":
+            return True
+    return False
+
+
 def shorten(value: str, limit: int = 40) -> str:
     """User strings echoed in messages are cut to stay readable in logs."""
     return value if len(value) <= limit else value[: limit - 3] + "..."

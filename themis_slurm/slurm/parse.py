@@ -155,6 +155,9 @@ def job_from_json(job: Mapping[str, Any], source: str = "squeue --json") -> Slur
         requeue=flag(job.get("requeue"), default=True),
         batch_flag=flag(job.get("batch_flag"), default=True),
         tres_per_node=text(job.get("tres_per_node")),
+        eligible_time=time_epoch(job.get("eligible_time")) if state == "PENDING" else None,
+        dependency=text(job.get("dependency")),
+        array_max_tasks=number(job.get("array_max_tasks")) or None,
     )
 
 

@@ -82,6 +82,9 @@ class SlurmJob:
     requeue: bool = True
     batch_flag: bool = True
     tres_per_node: str = ""
+    eligible_time: int | None = None  # BeginTime while pending (None: unset or 0)
+    dependency: str = ""  # remaining dependencies as Slurm prints them: "afterok:12(unfulfilled),..."
+    array_max_tasks: int | None = None  # the array's %N throttle (None: no throttle)
 
     @property
     def is_array_task(self) -> bool:

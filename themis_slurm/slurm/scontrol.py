@@ -213,6 +213,9 @@ def job_from_kv(pairs: list[tuple[str, str]]) -> SlurmJob:
             requeue=_val(d, "Requeue") != "0",
             batch_flag=_val(d, "BatchFlag") != "0",
             tres_per_node=_val(d, "TresPerNode"),
+            eligible_time=parse_time(d.get("EligibleTime", "")) if state == "PENDING" else None,
+            dependency=_val(d, "Dependency"),
+            array_max_tasks=_int(d, "ArrayTaskThrottle") or None,
         )
     except ValueError as exc:
         raise SlurmOutputError("scontrol show job", where, str(exc)) from None

@@ -23,6 +23,7 @@ from typing import Any
 
 from themis_slurm.core.topology import Topology
 from themis_slurm.slurm import hostlist
+from themis_slurm.slurm.eligibility import blocked_reason
 from themis_slurm.slurm.errors import ConfigError, SlurmOutputError
 from themis_slurm.slurm.gres_conf import GresConf, parse_gres_conf
 from themis_slurm.slurm.model import AdapterConfig, ManagedJob, Snapshot
@@ -127,8 +128,11 @@ def _gpu_ids(job: SlurmJob, topo: Topology, warnings: list[str]) -> frozenset[in
     return frozenset(ids)
 
 
-def managed_jobs_of(job: SlurmJob, topo: Topology, warnings: list[str]) -> list[ManagedJob]:
-    """One ManagedJob per job, or per task for a pending array remainder (``120_[3-7]``)."""
+def managed_jobs_of(job: SlurmJob, topo: Topology, warnings: list[str], now: float | None = None) -> list[ManagedJob]:
+    """One ManagedJob per job, or per task for a pending array remainder (``120_[3-7]``).
+
+    ``now`` (the snapshot's time) is what BeginTime is compared with; None skips that check.
+    """
     record, problems = parse_record(job.admin_comment)
     warnings.extend(f"job {job.job_id}: {p}" for p in problems)
     progress, progress_error = parse_progress(job.comment)
@@ -141,6 +145,7 @@ def managed_jobs_of(job: SlurmJob, topo: Topology, warnings: list[str]) -> list[
         node_gpus = {n: job.gpus_per_node for n in job.nodes} if job.nodes and job.gpus_per_node else {}
         gpu_ids = frozenset()
     user = job.user_name or (str(job.user_id) if job.user_id is not None else "?")
+    blocked = blocked_reason(job, now)
     if job.array_job_id is not None and job.array_task_id is None and job.array_task_spec:
         try:
             tasks: list[int | None] = list(array_tasks(job.array_task_spec))
@@ -177,6 +182,9 @@ def managed_jobs_of(job: SlurmJob, topo: Topology, warnings: list[str]) -> list[
             name=job.name,
             array_job_id=job.array_job_id,
             array_task_id=task,
+            reason=job.state_reason,
+            blocked=blocked,
+            array_max_tasks=job.array_max_tasks,
         )
         for task in tasks
     ]
@@ -194,7 +202,7 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], topo: T
         if not job.is_active:
             continue
         if is_managed(job, config.managed_partitions):
-            for mj in managed_jobs_of(job, topo, warns):
+            for mj in managed_jobs_of(job, topo, warns, now):
                 managed.append(mj)
                 managed_used |= mj.gpu_ids
                 used |= mj.gpu_ids

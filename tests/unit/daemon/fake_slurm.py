@@ -49,6 +49,11 @@ class FakeJob:
     ckpt_s: float = 0.0
     warnings: int = 0
     managed: bool = True
+    blocked: str | None = None  # what the job's own record says keeps Slurm from starting it (BeginTime, ...)
+    limit_reason: str | None = None  # a limit only seen after release (AssocGrpGRES): released, it stays pending
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    array_max_tasks: int | None = None
 
     @property
     def slurm_id(self) -> int:
@@ -160,8 +165,11 @@ class FakeSlurm:
     def schedule(self) -> None:
         """Starts every released pending job that fits (pinned: on its nodes; unpinned: first fit)."""
         for j in sorted(self.jobs.values(), key=lambda x: x.slurm_id):
-            if j.state != "PENDING" or j.held:
+            if j.state != "PENDING" or j.held or j.blocked or j.limit_reason:
                 continue
+            if j.array_max_tasks and sum(1 for o in self.jobs.values() if o.array_job_id == j.array_job_id
+                                         and o.state == "RUNNING") >= j.array_max_tasks:
+                continue  # JobArrayTaskLimit
             if j.required_nodes:
                 per = self._pinned_counts(j)
                 if per and all(node not in self.down and len(self._free_on(node)) >= n for node, n in per.items()):
@@ -228,6 +236,8 @@ class FakeSlurm:
             profile=j.profile, progress=j.progress, progress_error=j.progress_error, requeue_ok=j.requeue_ok,
             restart_cnt=j.restart_cnt, submit_time=j.submit_time, start_time=j.start_time,
             required_nodes=j.required_nodes, priority=0 if j.held else 1,
+            reason="JobHeldUser" if j.held else (j.limit_reason or ""), blocked=j.blocked if j.state == "PENDING" else None,
+            array_job_id=j.array_job_id, array_task_id=j.array_task_id, array_max_tasks=j.array_max_tasks,
         )  # fmt: skip
 
     def start(self, job: ManagedJob, node_gpus: Mapping[str, int]) -> None:
