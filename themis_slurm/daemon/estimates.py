@@ -74,11 +74,15 @@ def checked_progress(job: ManagedJob) -> tuple[float | None, str]:
 def done_and_work(work: float, done_service: float, progress: float | None) -> tuple[float, float, str]:
     """(done, work) to give the arbiter, and a note when the estimate had to bend.
 
-    A progress report wins over attained service (it knows about slow steps and restarts lost work);
-    without one, service is the measure, and a job that outruns its estimate gets a longer one.
+    A progress report refines attained service (it knows about slow steps), but it is the user's word, so
+    it can only make the job look *further along*: the remaining work is never above the estimate fixed
+    at submit minus the work already done at the job's placement (``done_service``). The loop also drops
+    a report lower than the last accepted one (`planning.account`). Without a report, service is the
+    measure, and a job that outruns its estimate gets a longer one.
     """
     if progress is not None:
-        return min(progress, 1.0 - MIN_REMAINING) * work, work, ""
+        cap = (1.0 - MIN_REMAINING) * work
+        return min(max(progress * work, done_service), cap), work, ""
     if done_service >= (1.0 - MIN_REMAINING) * work:
         longer = done_service * OVERRUN_STRETCH
         return done_service, longer, f"ran past its estimate: work stretched to {longer:.0f} GPU-s"

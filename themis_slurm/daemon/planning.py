@@ -44,6 +44,11 @@ def account(row: JobRow, mj: ManagedJob, topo: Topology, now: float, cfg: Config
     est = estimate(mj, cfg.estimates)
     work = est.work(mj.gpus)
     progress, pnote = checked_progress(mj)
+    if progress is not None and row.progress is not None and progress < row.progress:
+        # progress only moves forward: reporting less would make the app look worse off and win auctions
+        pnote = (f"progress report {progress:g} is below the last accepted {row.progress:g}: ignored "
+                 "(progress only moves forward)")
+        progress = None
     if est.note and est.note != row.est_note:
         notes.append(f"estimate: {est.note}")
     if pnote and pnote != row.progress_note:

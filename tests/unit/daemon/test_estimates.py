@@ -57,3 +57,36 @@ def test_shape_and_core_job(slurm: FakeSlurm) -> None:
     j = core_job(mj(slurm, gpus=2, profile="VGG16"), 200.0, 20.0, True, 10.0)
     assert (j.work, j.done, j.profile, j.preemptible) == (200.0, 20.0, "vgg16", True)
     assert core_job(mj(slurm, profile="gpt9"), 200.0, 0.0, True, 0.0).profile == "low"
+
+
+def test_progress_never_makes_a_job_look_less_done_than_its_service() -> None:
+    # reported 0 % after 30 GPU-s of service on a 100 GPU-s estimate: still 30 done, 70 remaining at most
+    assert done_and_work(100.0, 30.0, 0.0) == (30.0, 100.0, "")
+    assert done_and_work(100.0, 30.0, 0.1) == (30.0, 100.0, "")
+    # a report further along than the service is believed (it knows about slow steps)
+    assert done_and_work(100.0, 30.0, 0.8) == (80.0, 100.0, "")
+    # past its estimate with a report: still running, so never done
+    done, work, _ = done_and_work(100.0, 150.0, 0.2)
+    assert 0 < work - done <= 1.0
+
+
+def test_progress_only_moves_forward(slurm: FakeSlurm, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """Reporting progress=0 on one's own job raised its app's rho (1.0 -> 1.31) and won the next auction."""
+    from .conftest import run
+
+    d = make_daemon()
+    jid = slurm.submit("alice", "a", 2, 2000.0, est_s=2000.0)
+    run(d, slurm, 30)
+    slurm.jobs[jid].progress = 0.5
+    run(d, slurm, 10)
+    assert d.store.job(jid).progress == 0.5
+    before = d.store.job(jid)
+    slurm.jobs[jid].progress = 0.0  # the owner lies
+    run(d, slurm, 10)
+    row = d.store.job(jid)
+    assert row.progress == 0.5, "a lower report is ignored"
+    assert "below the last accepted 0.5" in row.progress_note
+    slurm.jobs[jid].progress = 0.6
+    run(d, slurm, 10)
+    assert d.store.job(jid).progress == 0.6 and d.store.job(jid).progress_note == ""
+    assert before.service_s < d.store.job(jid).service_s
