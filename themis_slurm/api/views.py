@@ -156,8 +156,22 @@ def merged_jobs(ctx: Context) -> list[Doc]:
             "service_gpu_s": r.get("service_s", 0.0) if r else 0.0,
             "adopted": bool(r.get("adopted")) if r else False,
             "ineligible": blocked.get(jid) if (r is None or r["intent"] == "waiting") else None,
+            "placement": _placement(ctx, m) if running and m else None,
         })
     return out
+
+
+def _placement(ctx: Context, m: ManagedJob) -> Doc | None:
+    """Where a running job really is: the GPU indices Slurm gave it (it picks them inside a node) and the
+    placement level they make; never the plan."""
+    topo = ctx.snapshot.topology if ctx.snapshot else None
+    if topo is None or not m.gpu_ids:
+        return None
+    ids = sorted(g for g in m.gpu_ids if 0 <= g < topo.size)
+    by_node: dict[str, list[int]] = {}
+    for g in ids:
+        by_node.setdefault(topo.gpus[g].node, []).append(topo.gpus[g].index)
+    return {"level": topo.level_of(ids).name.lower(), "gpus": by_node}
 
 
 def _job_sort_key(job_id: str) -> tuple[int, int, str]:
@@ -393,6 +407,10 @@ def _summary(job: Doc, app: Doc | None, rounds: list[Doc], now: float) -> str:
     grant = next((a for r in rounds for a in r["job"] if a["action"] in ("grant", "renewal")), None)
     if intent == "running":
         text = f"running on {_nodes_text(job['nodes'])}"
+        if job.get("placement"):
+            p = job["placement"]
+            gpus = "; ".join(f"{n} GPU {','.join(map(str, idx))}" for n, idx in sorted(p["gpus"].items()))
+            text += f" ({gpus}: {p['level']} level)"
         if job["lease_end"] is not None:
             text += f" under a lease until {_hm(job['lease_end'])} ({max(0, job['lease_end'] - now):.0f} s left)"
         if job.get("adopted"):

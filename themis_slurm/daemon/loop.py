@@ -196,6 +196,8 @@ class Daemon:
             self._learned[fix.job_id] = (why, now + self.cfg.scheduler.lease_s)
             log.warning("job %s (app %s) not granted again for %.0f s: %s", fix.job_id, fix.app_key,
                         self.cfg.scheduler.lease_s, why)
+        if fix.kind == "started" and mj is not None and fix.before is not None:
+            self._check_placement(fix.before, mj)
         level = logging.DEBUG if fix.kind == "new" and fix.action is None else logging.INFO
         log.log(level, "%s app=%s job=%s: %s", fix.kind, fix.app_key, fix.job_id, fix.reason)
         if fix.action is None:
@@ -206,6 +208,29 @@ class Daemon:
             with self.store.tx():
                 self.store.put_job(fix.after)
             rows[fix.job_id] = fix.after
+
+    def _check_placement(self, row: JobRow, mj: ManagedJob) -> None:
+        """Slurm picks GPU indices inside a node (nothing pins them): log and count what the job really got.
+
+        Accounting (service, rho) always uses the GPUs Slurm reports; this only makes a plan that did not
+        come true visible, so that logs and `explain` never claim a placement the job does not have.
+        """
+        topo = self.last_snapshot.topology if self.last_snapshot is not None else None
+        if topo is None or not mj.gpu_ids:
+            return
+        actual = topo.level_of(mj.gpu_ids)
+        where = ",".join(f"{topo.gpus[g].node}:{topo.gpus[g].index}" for g in sorted(mj.gpu_ids))
+        if not row.planned_gpus or set(row.planned_gpus) == set(mj.gpu_ids):
+            log.info("placed app=%s job=%s gpus=%s level=%s (as planned)", mj.app_key, mj.job_id, where,
+                     actual.name.lower())
+            return
+        planned = topo.level_of(row.planned_gpus)
+        changed = planned != actual
+        self.metrics.placement_mismatch.labels(str(changed).lower()).inc()
+        log.log(logging.WARNING if changed else logging.INFO,
+                "placed app=%s job=%s gpus=%s level=%s, not as planned (%s level on other GPUs of the same "
+                "nodes: Slurm chooses GPU indices inside a node); rho uses the real placement", mj.app_key,
+                mj.job_id, where, actual.name.lower(), planned.name.lower())
 
     def _book_finished(self, row: JobRow) -> None:
         """A job left: what it did stays in its app's T_id (App.finished_work)."""
@@ -334,7 +359,7 @@ class Daemon:
         recs = d.apps
         for g in d.grants:
             rec = recs.get(g.app_id)
-            log.info("%sgrant app=%s job=%s gpus=%d nodes=%s level=%s lease_until=%s reason=%s: %s", verb,
+            log.info("%sgrant app=%s job=%s gpus=%d nodes=%s planned_level=%s lease_until=%s reason=%s: %s", verb,
                      g.app_id, g.job_id, len(g.gpus), _nodes(g.nodes), g.level, _t(g.lease_expiry), g.source,
                      rec.reason if rec else "")
         for r in d.renewals:

@@ -39,6 +39,9 @@ class Metrics:
                                    registry=r)
         self.events = Counter("themis_reconcile_events", "Reconciliation corrections by kind", ["kind"],
                               registry=r)
+        self.placement_mismatch = Counter(
+            "themis_placement_mismatch", "Started jobs whose GPUs (chosen by Slurm inside a node) differ from "
+            "the plan, by whether the placement level differs too", ["level_changed"], registry=r)
         self.slurm_calls = Counter("themis_slurm_calls", "Slurm commands run", registry=r)
         self.slurm_errors = Counter("themis_slurm_errors", "Failed Slurm reads and actions", ["action"],
                                     registry=r)
