@@ -36,6 +36,7 @@ from themis_slurm.api.db import StateReader, StateUnavailable, connect_ro
 from themis_slurm.api.estimates import finish_times
 from themis_slurm.api.server import DEFAULT_LISTEN
 from themis_slurm.api.slurmconf import read_slurm_conf
+from themis_slurm.daemon.config import safe_load
 
 DEFAULT_CONFIG = Path("/etc/themis/themis.yaml")
 DEFAULT_STATE_DIR = "/var/lib/themis"
@@ -72,7 +73,7 @@ def load_settings(config: Path | None, url: str | None) -> Settings:
     data: Mapping[str, Any] = {}
     notes: list[str] = []
     try:
-        loaded = yaml.safe_load(path.read_text())
+        loaded = safe_load(path.read_text())  # the daemon's loader: duplicate keys, 1e9 numbers
         data = loaded if isinstance(loaded, Mapping) else {}
     except FileNotFoundError:
         if config is not None:

@@ -5,11 +5,18 @@ error names the file, the key (dotted path), the value and what is accepted, unk
 name (a typo must not silently fall back to a default), and the whole file is checked before anything is
 used, so a bad reload keeps the previous configuration in force. daemon/themis.yaml is the annotated
 example; docs/admin-guide.md has the reference.
+
+The YAML is read by :func:`safe_load` (also used by the `themis` CLI), PyYAML's safe loader with two
+fixes: a key given twice in one mapping is an error naming both lines (YAML 1.1 would silently keep the
+last), and ``1e9``, ``1e-3``, ``5E2``, ``1.5e3`` are numbers (YAML 1.1 reads them as strings). Every
+interval and duration has a lower bound (:data:`BOUNDS`, documented in daemon/themis.yaml): a value that
+parses but makes no sense (``poll_interval_s: 1e-6``) is refused, not run.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +32,53 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 class ConfigError(ValueError):
     """A configuration problem; the message is ready to show an admin (``file: key: value ...: accepted``)."""
+
+
+# ------------------------------------------------------------------------------------------ YAML
+class DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A mapping gives the same key twice; str() is one line: the key and both line numbers."""
+
+    def __init__(self, key: Any, first_line: int, line: int, mark: Any = None) -> None:
+        super().__init__(None, None, f"duplicate key {key!r}", mark)
+        self.key, self.first_line, self.line = key, first_line, line
+
+    def __str__(self) -> str:
+        return (f"duplicate key {self.key!r} at line {self.line} (first given at line {self.first_line}): "
+                "remove one of them")
+
+
+# YAML 1.2 floats that YAML 1.1 (PyYAML) reads as strings: an exponent without a dot or without a sign
+# (1e9, 5E2, 1e-3, 1.5e3, .5e3). Forms the stock resolvers already read keep their meaning (they come first).
+_FLOAT_WITH_EXPONENT = re.compile(r"""^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+$""")
+
+
+class ThemisLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader plus duplicate-key errors and exponent floats (a subclass: global yaml state untouched)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+                    continue  # merge keys (<<) may be overridden on purpose; complex keys are left to PyYAML
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:
+                    continue
+                line = key_node.start_mark.line + 1
+                if first is not None:
+                    raise DuplicateKeyError(key, first, line, key_node.start_mark)
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+ThemisLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_WITH_EXPONENT, list("-+0123456789."))
+
+
+def safe_load(text: str) -> Any:
+    """Decodes a YAML document with :class:`ThemisLoader` (raises yaml.YAMLError, DuplicateKeyError included)."""
+    return yaml.load(text, Loader=ThemisLoader)  # a SafeLoader subclass: no arbitrary objects
 
 
 @dataclass(frozen=True)
@@ -135,9 +189,12 @@ Check = Callable[[Any], Any]  # returns the converted value or raises _Bad(expec
 
 
 class _Bad(Exception):
-    def __init__(self, expected: str) -> None:
+    """`expected` completes "value V is not ..."; `phrase`, when given, replaces "is not <expected>"."""
+
+    def __init__(self, expected: str, phrase: str = "") -> None:
         super().__init__(expected)
         self.expected = expected
+        self.phrase = phrase or f"is not {expected}"
 
 
 def _number(v: Any) -> float:
@@ -164,6 +221,44 @@ def non_negative(v: Any) -> float:
     if x < 0:
         raise _Bad("a number >= 0")
     return x
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The smallest sane value of an interval or duration, its unit and why (shown in the error)."""
+
+    minimum: float
+    unit: str
+    why: str
+
+
+#: Lower bounds of every interval/duration (dotted key -> Bound). 0 stays allowed where 0 means "off".
+BOUNDS: dict[str, Bound] = {
+    "poll_interval_s": Bound(0.1, "s", "every cycle reads the whole queue from slurmctld"),
+    "scheduler.lease_minutes": Bound(0.1, "min", "a lease shorter than 6 s cannot be observed running"),
+    "scheduler.grace_s": Bound(0.0, "s", "0 = requeue at the next cycle after the warning"),
+    "scheduler.min_runtime_s": Bound(0.0, "s", "0 = a job may be preempted at its first lease expiry"),
+    "scheduler.release_timeout_s": Bound(5.0, "s", "Slurm needs a scheduling pass to start a released job"),
+    "scheduler.restart_cost_s": Bound(0.0, "s", "0 = preemption is free in the bids"),
+    "estimates.default_s": Bound(1.0, "s", "estimates are in seconds"),
+    "estimates.min_s": Bound(1.0, "s", "estimates are in seconds"),
+    "estimates.max_s": Bound(1.0, "s", "estimates are in seconds"),
+    "slurm.command_timeout_s": Bound(1.0, "s", "a Slurm command on a busy controller takes longer"),
+}
+
+
+def at_least(key: str, check: Check) -> Check:
+    """`check`, then the lower bound of `key` from :data:`BOUNDS`."""
+    bound = BOUNDS[key]
+
+    def inner(v: Any) -> float:
+        x = check(v)
+        if x < bound.minimum:
+            raise _Bad(f"a number >= {bound.minimum:g}",
+                       f"is below the lower bound {bound.minimum:g} {bound.unit} ({bound.why})")
+        return x
+
+    return inner
 
 
 def boolean(v: Any) -> bool:
@@ -225,27 +320,29 @@ def listen(v: Any) -> str:
 # key -> check, per section; the order is the order of the reference in docs/admin-guide.md.
 _TOP: dict[str, Check] = {
     "mode": one_of(MODES),
-    "poll_interval_s": positive,
+    "poll_interval_s": at_least("poll_interval_s", positive),
     "state_dir": path,
     "log_level": one_of(LOG_LEVELS),
 }
 _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
     "scheduler": (SchedulerConfig, {
-        "lease_minutes": positive,
-        "grace_s": non_negative,
-        "min_runtime_s": non_negative,
+        "lease_minutes": at_least("scheduler.lease_minutes", positive),
+        "grace_s": at_least("scheduler.grace_s", non_negative),
+        "min_runtime_s": at_least("scheduler.min_runtime_s", non_negative),
         "fairness_knob": knob,
         "solver": one_of(SOLVERS),
-        "release_timeout_s": positive,
-        "restart_cost_s": non_negative,
+        "release_timeout_s": at_least("scheduler.release_timeout_s", positive),
+        "restart_cost_s": at_least("scheduler.restart_cost_s", non_negative),
         "reserve_wide_gangs": boolean,
     }),
-    "estimates": (EstimatesConfig, {"default_s": positive, "min_s": positive, "max_s": positive}),
+    "estimates": (EstimatesConfig, {"default_s": at_least("estimates.default_s", positive),
+                                    "min_s": at_least("estimates.min_s", positive),
+                                    "max_s": at_least("estimates.max_s", positive)}),
     "slurm": (SlurmConfig, {
         "partitions": partitions,
         "slurm_conf": optional_path,
         "job_submit_conf": optional_path,
-        "command_timeout_s": positive,
+        "command_timeout_s": at_least("slurm.command_timeout_s", positive),
     }),
     "metrics": (MetricsConfig, {"listen": listen}),
     "api": (ApiConfig, {"listen": listen, "operators": _names}),
@@ -285,6 +382,10 @@ def parse(data: Any, source: str = "themis.yaml") -> Config:
         else:
             raise ConfigError(f"{source}: {key}: unknown key (accepted: {', '.join(known)})")
     cfg = Config(**top, **sections, source=source)
+    if cfg.scheduler.lease_s < cfg.poll_interval_s:
+        raise ConfigError(f"{source}: scheduler.lease_minutes: value {cfg.scheduler.lease_minutes:g} "
+                          f"({cfg.scheduler.lease_s:g} s) is shorter than poll_interval_s "
+                          f"({cfg.poll_interval_s:g} s): a lease must last at least one cycle")
     est = cfg.estimates
     if est.min_s > est.max_s:
         raise ConfigError(f"{source}: estimates.min_s: value {est.min_s:g} is above estimates.max_s "
@@ -299,7 +400,7 @@ def _checked(source: str, key: str, value: Any, check: Check) -> Any:
     try:
         return check(value)
     except _Bad as bad:
-        raise ConfigError(f"{source}: {key}: value {_shown(value)} is not {bad.expected}") from None
+        raise ConfigError(f"{source}: {key}: value {_shown(value)} {bad.phrase}") from None
 
 
 def load(file: str | Path = DEFAULT_PATH) -> Config:
@@ -310,7 +411,9 @@ def load(file: str | Path = DEFAULT_PATH) -> Config:
     except OSError as e:
         raise ConfigError(f"{p}: cannot read: {e.strerror or e}") from None
     try:
-        data = yaml.safe_load(text)
+        data = safe_load(text)
+    except DuplicateKeyError as e:
+        raise ConfigError(f"{p}: {e}") from None
     except yaml.YAMLError as e:
         where = getattr(e, "problem_mark", None)
         at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""

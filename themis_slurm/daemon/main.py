@@ -1,6 +1,8 @@
 """Entry point of `themisd`, the daemon that schedules a Slurm cluster with Themis.
 
-    themisd [run] [--config FILE]          run the daemon (systemd: Type=notify)
+    themisd [run] [--config FILE] [--fresh-state]
+                                           run the daemon (systemd: Type=notify); --fresh-state starts on
+                                           empty state when the database is damaged or missing (moved aside)
     themisd --check-config [FILE]          validate a config file: exit 0, or 1 with the message
     themisd handback [--config FILE]       hand the cluster back to Slurm (stop themisd first)
 
@@ -18,6 +20,7 @@ import click
 from themis_slurm import __version__
 from themis_slurm.daemon import config as config_mod
 from themis_slurm.daemon.config import DEFAULT_PATH, Config, ConfigError
+from themis_slurm.daemon.state import FRESH_FLAG, StateError
 from themis_slurm.slurm.model import SlurmBackend
 
 log = logging.getLogger("themisd")
@@ -67,22 +70,26 @@ def cli(ctx: click.Context, config_path: Path, check_path: str | None, handback_
         ctx.invoke(handback_cmd, config_path=config_path)
         return
     if ctx.invoked_subcommand is None:
-        ctx.invoke(run_cmd, config_path=config_path)
+        ctx.invoke(run_cmd, config_path=config_path, fresh_state=False)
 
 
 @cli.command("run")
 @config_option
-def run_cmd(config_path: Path) -> None:
+@click.option(FRESH_FLAG, "fresh_state", is_flag=True,
+              help="If the state database is damaged, or missing/empty although a previous run left state, "
+                   "move it aside (<name>.damaged-<timestamp>) and start with empty state: the apps' history "
+                   "and the audit log are lost. Ignored (with a warning) when the database is intact.")
+def run_cmd(config_path: Path, fresh_state: bool) -> None:
     """Run the daemon in the foreground (what systemd starts)."""
     from themis_slurm.daemon.service import AlreadyRunning, Service, install_signals, setup_logging
 
     cfg = _load_or_exit(config_path)
     setup_logging(cfg.log_level)
-    service = Service(cfg, config_path, make_backend(cfg))
+    service = Service(cfg, config_path, make_backend(cfg), fresh_state=fresh_state)
     install_signals(service)
     try:
         sys.exit(service.run())
-    except AlreadyRunning as e:
+    except (AlreadyRunning, StateError) as e:
         click.echo(f"themisd: {e}", err=True)
         sys.exit(1)
 
@@ -100,17 +107,23 @@ def handback_cmd(config_path: Path) -> None:
     """Hand the cluster back to Slurm: job_submit mode off, release every held managed job unpinned."""
     from themis_slurm.daemon.handback import handback
     from themis_slurm.daemon.service import AlreadyRunning, setup_logging, state_lock
-    from themis_slurm.daemon.state import Store
+    from themis_slurm.daemon.state import open_store
 
     cfg = _load_or_exit(config_path)
     setup_logging(cfg.log_level)
     try:
         with state_lock(cfg.state_dir):
-            store = Store(cfg.db_path)
+            try:
+                store = open_store(cfg.db_path)
+            except StateError as e:  # handing back must work even then: Slurm needs no Themis state
+                click.echo(f"themisd handback: warning: {e}; handing back without it (job intents not "
+                           "cleared)", err=True)
+                store = None
             try:
                 rep = handback(make_backend(cfg), cfg, store)
             finally:
-                store.close()
+                if store is not None:
+                    store.close()
     except AlreadyRunning as e:
         click.echo(f"themisd handback: {e}", err=True)
         sys.exit(1)

@@ -27,7 +27,7 @@ from themis_slurm.daemon.handback import read_job_submit_mode
 from themis_slurm.daemon.loop import Daemon
 from themis_slurm.daemon.metrics import Metrics
 from themis_slurm.daemon.sdnotify import Notifier
-from themis_slurm.daemon.state import Store
+from themis_slurm.daemon.state import open_store
 from themis_slurm.slurm.model import SlurmBackend
 
 log = logging.getLogger("themisd")
@@ -82,8 +82,9 @@ class Service:
     """The long-running loop; `stop` and `reload` may be called from signal handlers or other threads."""
 
     def __init__(self, cfg: Config, config_path: Path, backend: SlurmBackend, notifier: Notifier | None = None,
-                 loader: Callable[[Path], Config] = config_mod.load) -> None:
+                 loader: Callable[[Path], Config] = config_mod.load, fresh_state: bool = False) -> None:
         self.cfg = cfg
+        self.fresh_state = fresh_state  # --fresh-state: move a damaged/missing database aside, start empty
         self.path = config_path
         self.backend = backend
         self.notifier = notifier or Notifier()
@@ -119,7 +120,8 @@ class Service:
 
     def run(self, max_cycles: int | None = None) -> int:
         with state_lock(self.cfg.state_dir):
-            store = Store(self.cfg.db_path)
+            # StateError (one line: file, problem, recovery) propagates to `themisd run`, which prints it
+            store = open_store(self.cfg.db_path, fresh_state=self.fresh_state)
             daemon = Daemon(self.cfg, self.backend, store, self.metrics)
             if self.cfg.metrics.address:
                 self.metrics.serve(self.cfg.metrics.address)

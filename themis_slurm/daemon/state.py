@@ -12,13 +12,26 @@ compares each recorded intent with what Slurm shows and either finishes the acti
 The schema is versioned: ``schema_version`` holds the version and :data:`MIGRATIONS` lists the steps from
 one version to the next; opening a database applies the missing steps in one transaction each. Never edit
 a released migration: append a new one.
+
+State is never silently wrong: :class:`Store` checks the file when it opens it (an SQLite database,
+``PRAGMA quick_check``, a known schema version, every table present) and raises :class:`StateError` with a
+one-line message naming the file, the problem and the way out. :func:`open_store` (what themisd uses) adds
+the marker file ``themis.db.marker`` next to the database, written once the database exists: a marker
+without its database (missing, or 0 bytes) means a previous run's history is gone, and themisd refuses to
+start on empty state unless asked (``themisd run --fresh-state``, which moves the damaged files aside as
+``<name>.damaged-<timestamp>`` rather than deleting them).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
+import os
+import re
 import sqlite3
+import time
+import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
@@ -117,8 +130,29 @@ CREATE TABLE events (
 MIGRATIONS: tuple[str, ...] = (_V1,)
 
 
+FRESH_FLAG = "--fresh-state"
+#: How an admin asks for a fresh start (the flag of `themisd run`); named in the messages.
+FRESH_HINT = f"`themisd run {FRESH_FLAG}`"
+
+log = logging.getLogger("themisd")
+
+
 class StateError(RuntimeError):
-    """The database cannot be used (newer schema than this themisd, corrupt file, ...)."""
+    """The database cannot be used (newer schema than this themisd, corrupt file, ...).
+
+    The message is one line: the file, what is wrong, how to recover. `damaged` is True when the file
+    itself is unusable (so that ``--fresh-state`` may move it aside), False for a problem of the
+    environment (permissions, a lock held by another process) that moving the file would not fix.
+    """
+
+    def __init__(self, message: str, damaged: bool = True) -> None:
+        super().__init__(message)
+        self.damaged = damaged
+
+
+def _recovery(path: Path) -> str:
+    return (f"restore {path} from a backup, or start with {FRESH_HINT} to move it aside and begin with empty "
+            "state (the apps' history and the audit log are lost)")
 
 
 @dataclass(frozen=True)
@@ -203,25 +237,108 @@ def _job_from_sql(r: sqlite3.Row) -> JobRow:
 class Store:
     """The database. Methods that write must run inside :meth:`tx`; reads may run anywhere."""
 
-    def __init__(self, path: str | Path, migrations: Sequence[str] = MIGRATIONS) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(str(self.path), isolation_level=None, timeout=30.0)
-        self.db.row_factory = sqlite3.Row
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=FULL")  # a committed intent must survive a power cut
-        self.db.execute("PRAGMA foreign_keys=ON")
-        self._in_tx = False
-        self.version = self._migrate(migrations)
+    def __init__(self, path: str | Path, migrations: Sequence[str] = MIGRATIONS, create: bool = True) -> None:
+        """Opens, checks and migrates the database; StateError (one line) when it cannot be used.
 
-    # ---------------------------------------------------------------------------------- schema
-    def _migrate(self, migrations: Sequence[str]) -> int:
-        self.db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-        row = self.db.execute("SELECT version FROM schema_version").fetchone()
-        version = row[0] if row else 0
+        An existing file is checked first over a read-only connection, so that a refused file is left
+        exactly as it was (a read-write connection would checkpoint its WAL into it on close). `create`
+        False refuses a database without a schema yet (a previous run's state is expected).
+        """
+        self.path = Path(path)
+        self._in_tx = False
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StateError(f"{self.path}: cannot create the state directory {self.path.parent}: "
+                             f"{e.strerror or e}: check state_dir and its permissions", damaged=False) from None
+        checked = self.path.exists() and self.path.stat().st_size > 0 and self._check_read_only(migrations, create)
+        try:
+            self.db = sqlite3.connect(str(self.path), isolation_level=None, timeout=30.0)
+        except sqlite3.Error as e:
+            raise _open_error(self.path, e) from None
+        try:
+            self.db.row_factory = sqlite3.Row
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=FULL")  # a committed intent must survive a power cut
+            self.db.execute("PRAGMA foreign_keys=ON")
+            version = self._check(self.db, migrations, create, integrity=not checked)
+        except sqlite3.Error as e:
+            self.db.close()
+            raise _open_error(self.path, e) from None
+        except StateError:
+            self.db.close()
+            raise
+        try:
+            self.version = self._migrate(version, migrations)
+        except sqlite3.DatabaseError as e:
+            self.db.close()
+            if _is_corruption(e):
+                raise _open_error(self.path, e) from None
+            raise StateError(f"{self.path}: migration of the schema failed ({e}): the database is left at "
+                             f"version {version}; report this bug, and restore a backup if it persists",
+                             damaged=False) from None
+
+    # ---------------------------------------------------------------------------------- checks, schema
+    def _check_read_only(self, migrations: Sequence[str], create: bool) -> bool:
+        """:meth:`_check` over a read-only connection: True when it passed, False when it could not run
+        (the read-write connection then checks); StateError when the file is unusable."""
+        try:
+            ro = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=30.0)
+        except sqlite3.Error:
+            return False
+        try:
+            self._check(ro, migrations, create)
+            return True
+        except sqlite3.Error as e:
+            if _is_corruption(e):
+                raise _open_error(self.path, e) from None
+            return False
+        finally:
+            ro.close()
+
+    def _check(self, db: sqlite3.Connection, migrations: Sequence[str], create: bool,
+               integrity: bool = True) -> int:
+        """The stored schema version, after checking the file: PRAGMA quick_check (O(size), no index
+        cross-check: a damaged page is refused at open, not mid-cycle), a themisd schema no newer than
+        `migrations`, and every table that version should have."""
+        if integrity:
+            problems = [str(r[0]) for r in db.execute("PRAGMA quick_check(3)")]
+            if problems != ["ok"]:
+                first = " ".join(problems[0].split()) if problems else "no answer"
+                raise StateError(f"{self.path}: the database is damaged (integrity check: {first}): "
+                                 f"{_recovery(self.path)}")
+        tables = {r[0] for r in db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")}
+        version = 0
+        if "schema_version" not in tables:
+            if tables:
+                raise StateError(f"{self.path}: an SQLite database but not themisd's (tables "
+                                 f"{', '.join(sorted(tables)[:5])}, no schema_version): check state_dir, or "
+                                 f"{_recovery(self.path)}")
+        else:
+            rows = db.execute("SELECT version FROM schema_version").fetchall()
+            if rows:
+                version = rows[0][0]
+                if len(rows) != 1 or not isinstance(version, int) or version < 0:
+                    raise StateError(f"{self.path}: the database is damaged (schema_version holds "
+                                     f"{[r[0] for r in rows][:3]!r}, expected one version number): "
+                                     f"{_recovery(self.path)}")
         if version > len(migrations):
             raise StateError(f"{self.path}: schema version {version} is newer than this themisd knows "
-                             f"({len(migrations)}): upgrade themisd or restore a matching database")
+                             f"({len(migrations)}): upgrade themisd or restore a matching database, or start "
+                             f"with {FRESH_HINT} to move it aside and begin with empty state")
+        if version == 0 and not create:
+            raise StateError(f"{self.path}: the state database holds no themisd state (no schema) although "
+                             f"a previous run had state (its data or its -wal file is gone): "
+                             f"{_recovery(self.path)}")
+        missing = [t for t in _expected_tables(migrations[:version]) if t not in tables]
+        if missing:
+            raise StateError(f"{self.path}: the database is damaged (table {', '.join(missing)} missing at "
+                             f"schema version {version}): {_recovery(self.path)}")
+        return version
+
+    def _migrate(self, version: int, migrations: Sequence[str]) -> int:
+        self.db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
         for target in range(version + 1, len(migrations) + 1):
             with self.tx():
                 for stmt in _statements(migrations[target - 1]):
@@ -332,3 +449,186 @@ def _finite(x: float | None) -> float | None:
 
 def _statements(script: str) -> list[str]:
     return [s.strip() for s in script.split(";") if s.strip()]
+
+
+def _expected_tables(migrations: Sequence[str]) -> list[str]:
+    """The tables the migrations leave (CREATE TABLE minus DROP TABLE, in order)."""
+    out: list[str] = []
+    for script in migrations:
+        for verb, name in re.findall(r"\b(CREATE|DROP)\s+TABLE\s+(?:IF\s+(?:NOT\s+)?EXISTS\s+)?(\w+)", script,
+                                     flags=re.IGNORECASE):
+            if verb.upper() == "CREATE" and name not in out:
+                out.append(name)
+            elif verb.upper() == "DROP" and name in out:
+                out.remove(name)
+    return out
+
+
+_CORRUPT = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+
+
+def _is_corruption(e: sqlite3.Error) -> bool:
+    name = getattr(e, "sqlite_errorname", "") or ""
+    text = str(e).lower()
+    return (name.startswith(_CORRUPT) or "file is not a database" in text or "malformed" in text
+            or "database corrupt" in text)
+
+
+def _open_error(path: Path, e: sqlite3.Error) -> StateError:
+    """One line for an sqlite3 error met while opening `path`: damage, or a problem of the environment."""
+    text = " ".join(str(e).split())
+    name = getattr(e, "sqlite_errorname", "") or ""
+    if _is_corruption(e):
+        what = ("not an SQLite database (truncated or overwritten?)" if "not a database" in text.lower()
+                else "the database is damaged")
+        return StateError(f"{path}: {what} ({text}): {_recovery(path)}")
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in text.lower():
+        return StateError(f"{path}: the database is locked by another process ({text}): stop it (an "
+                          "sqlite3 shell, a second themisd?) and start again", damaged=False)
+    if name.startswith(("SQLITE_CANTOPEN", "SQLITE_READONLY", "SQLITE_PERM", "SQLITE_AUTH")) or any(
+            w in text.lower() for w in ("unable to open", "readonly", "permission")):
+        return StateError(f"{path}: cannot open the database ({text}): check that state_dir exists and is "
+                          "writable by the service user", damaged=False)
+    if name.startswith(("SQLITE_IOERR", "SQLITE_FULL")) or "disk i/o" in text.lower() or "full" in text.lower():
+        return StateError(f"{path}: cannot read or write the database ({text}): check the disk (space, "
+                          "errors in dmesg) before anything else", damaged=False)
+    return StateError(f"{path}: cannot open the database ({text}): {_recovery(path)}")
+
+
+# ------------------------------------------------------------------------------------------ marker, fresh start
+MARKER_SUFFIX = ".marker"
+
+
+def marker_path(db_path: str | Path) -> Path:
+    """The marker next to the database (``themis.db`` -> ``themis.db.marker``): proof a previous run had state."""
+    p = Path(db_path)
+    return p.with_name(p.name + MARKER_SUFFIX)
+
+
+def _sidecars(db: Path) -> list[Path]:
+    return [db.with_name(db.name + s) for s in ("-wal", "-shm", "-journal")]
+
+
+def _read_marker(marker: Path) -> dict[str, Any] | None:
+    """The marker's contents; None when there is none. An unreadable marker still counts as present."""
+    try:
+        text = marker.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return {"unreadable": e.strerror or str(e)}
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return {"unreadable": "not JSON"}
+    return data if isinstance(data, dict) else {"unreadable": "not a JSON object"}
+
+
+def _write_marker(marker: Path, db: Path, previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    now = time.time()
+    data: dict[str, Any] = {"path": str(db), "id": uuid.uuid4().hex, "created": now,
+                            "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+                            "note": "written by themisd once the database exists; if the database is missing "
+                                    "or empty while this file exists, themisd refuses to start (see "
+                                    f"docs/admin-guide.md; {FRESH_FLAG} starts over)"}
+    if previous:
+        data["replaces"] = {k: previous[k] for k in ("id", "created_utc") if k in previous}
+    tmp = marker.with_name(marker.name + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, marker)
+    try:
+        fd = os.open(marker.parent, os.O_RDONLY)
+    except OSError:
+        return data
+    try:
+        os.fsync(fd)  # the rename itself must survive a power cut
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return data
+
+
+def _describe(marker: Path, info: Mapping[str, Any]) -> str:
+    if "unreadable" in info:
+        return f"{marker} (unreadable: {info['unreadable']}) shows a previous run had state"
+    when = info.get("created_utc") or "?"
+    return f"{marker} shows themisd created it on {when} (id {info.get('id', '?')})"
+
+
+def move_aside(db: Path, stamp: str | None = None) -> list[Path]:
+    """Renames `db` and its -wal/-shm/-journal to ``<name>.damaged-<stamp>[-wal...]`` (never deletes).
+
+    The sidecars keep their suffix after the new name, so ``sqlite3 themis.db.damaged-<stamp>`` still
+    sees the WAL that belongs to it (and a stale WAL is never replayed into the new database).
+    """
+    stamp = stamp or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    base = db.with_name(f"{db.name}.damaged-{stamp}")
+    n = 1
+    while any(p.exists() for p in (base, *_sidecars(base))):
+        base = db.with_name(f"{db.name}.damaged-{stamp}-{n}")
+        n += 1
+    moved = []
+    for src, dst in zip((db, *_sidecars(db)), (base, *_sidecars(base)), strict=True):
+        if src.exists():
+            os.replace(src, dst)
+            moved.append(dst)
+    return moved
+
+
+def open_store(path: str | Path, fresh_state: bool = False, migrations: Sequence[str] = MIGRATIONS) -> Store:
+    """Opens themisd's database, refusing to start silently on empty or damaged state.
+
+    * No marker and no database: the very first start; the database is created, then the marker.
+    * Marker present, database missing, 0 bytes or without a schema (its WAL deleted), or no database
+      but its WAL left: StateError naming the path and ``--fresh-state``, unless `fresh_state`.
+    * A damaged database (not SQLite, malformed, failed quick_check, newer schema, ...): the StateError of
+      :class:`Store`, unless `fresh_state`.
+    * `fresh_state`: the unusable files are moved aside (:func:`move_aside`), a new database and a new
+      marker are written, and a warning is logged. On an intact database it changes nothing (a warning).
+    """
+    db = Path(path)
+    marker = marker_path(db)
+    info = _read_marker(marker)
+    size = db.stat().st_size if db.exists() else None
+    wal = db.with_name(db.name + "-wal")
+    orphan_wal = wal.exists() and wal.stat().st_size > 0
+    reset = False
+    if not size and (info is not None or orphan_wal):
+        what = "is missing" if size is None else "is empty (0 bytes)"
+        evidence = _describe(marker, info) if info is not None else f"its write-ahead log {wal} is still there"
+        if not fresh_state:
+            raise StateError(f"{db}: the state database {what} but {evidence}: the apps' history, leases and "
+                             f"audit log are gone; restore it from a backup, or start "
+                             f"with {FRESH_HINT} to begin with empty state")
+        moved = move_aside(db)
+        log.warning("%s: state database %s; starting with empty state (%s)%s", db, what, FRESH_FLAG,
+                    f"; moved aside: {', '.join(map(str, moved))}" if moved else "")
+        reset = True
+    try:
+        store = Store(db, migrations, create=reset or info is None)
+    except StateError as e:
+        if not (fresh_state and e.damaged) or reset:
+            raise
+        moved = move_aside(db)
+        log.warning("%s: unusable (%s); starting with empty state (%s): moved aside to %s", db,
+                    re.split(r": (?:restore|upgrade) ", str(e).removeprefix(f"{db}: "))[0], FRESH_FLAG,
+                    ", ".join(map(str, moved)) or "nothing")
+        store = Store(db, migrations)
+        reset = True
+    else:
+        if fresh_state and not reset:
+            log.warning("%s: the state database is intact: %s ignored (remove the flag; to really start over, "
+                        "stop themisd and move the database away)", db, FRESH_FLAG)
+    if reset or info is None or "unreadable" in info:
+        try:
+            _write_marker(marker, db, previous=info)
+        except OSError as e:
+            store.close()
+            raise StateError(f"{marker}: cannot write the state marker: {e.strerror or e}: check that "
+                             "state_dir is writable by the service user", damaged=False) from None
+    return store

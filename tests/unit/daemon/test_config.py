@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
-from themis_slurm.daemon.config import Config, ConfigError, load, parse
+from themis_slurm.daemon.config import BOUNDS, Config, ConfigError, load, parse, safe_load
 from themis_slurm.daemon.main import cli
 from themis_slurm.daemon.service import Service
 
@@ -106,3 +107,76 @@ def test_sighup_reload_rejects_bad_config_and_keeps_old(tmp_path: Path, caplog: 
     assert daemon.cfg.scheduler.lease_minutes == 7
     assert daemon.cfg.state_dir == str(tmp_path), "state_dir needs a restart"
     store.close()
+
+
+# ------------------------------------------------------------------------------------------ YAML and bounds
+def test_duplicate_keys_are_errors_naming_the_key_and_both_lines(tmp_path: Path) -> None:
+    f = tmp_path / "t.yaml"
+    f.write_text("mode: observe\npoll_interval_s: 5\nlog_level: info\npoll_interval_s: 1\n")
+    with pytest.raises(ConfigError) as e:
+        load(f)
+    assert str(e.value) == (f"{f}: duplicate key 'poll_interval_s' at line 4 (first given at line 2): "
+                            "remove one of them")
+    f.write_text("scheduler:\n  grace_s: 30\n  lease_minutes: 5\n  grace_s: 90\n")
+    with pytest.raises(ConfigError, match=r"duplicate key 'grace_s' at line 4 \(first given at line 2\)"):
+        load(f)
+    f.write_text("scheduler:\n  grace_s: 30\nscheduler:\n  lease_minutes: 5\n")
+    with pytest.raises(ConfigError, match=r"duplicate key 'scheduler' at line 3 \(first given at line 1\)"):
+        load(f)
+    # a merge key overridden on purpose is not a duplicate
+    assert safe_load("base: &b {x: 1}\nm:\n  <<: *b\n  x: 2\n") == {"base": {"x": 1}, "m": {"x": 2}}
+
+
+def test_exponent_numbers_are_numbers(tmp_path: Path) -> None:
+    assert safe_load("a: 1e9\nb: 1e-3\nc: 5E2\nd: 1.5e3\ne: 5\nf: '1e9'\ng: 2.5\nh: -2e1") == {
+        "a": 1e9, "b": 1e-3, "c": 500.0, "d": 1500.0, "e": 5, "f": "1e9", "g": 2.5, "h": -20.0}
+    f = tmp_path / "t.yaml"
+    f.write_text("poll_interval_s: 5E0\nscheduler:\n  restart_cost_s: 6e1\n  fairness_knob: 8e-1\n"
+                 "estimates:\n  max_s: 2.592e6\n  default_s: 1e3\n")
+    cfg = load(f)
+    assert (cfg.poll_interval_s, cfg.scheduler.restart_cost_s, cfg.scheduler.fairness_knob) == (5.0, 60.0, 0.8)
+    assert (cfg.estimates.max_s, cfg.estimates.default_s) == (2592000.0, 1000.0)
+    assert yaml.safe_load("a: 1e9") == {"a": "1e9"}, "PyYAML's own loader is left as it is"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("poll_interval_s: 1e-6", "poll_interval_s: value 1e-06 is below the lower bound 0.1 s"),
+    ("poll_interval_s: 0.05", "poll_interval_s: value 0.05 is below the lower bound 0.1 s"),
+    ("scheduler:\n  lease_minutes: 0.05", "scheduler.lease_minutes: value 0.05 is below the lower bound 0.1 min"),
+    ("scheduler:\n  release_timeout_s: 1", "scheduler.release_timeout_s: value 1 is below the lower bound 5 s"),
+    ("slurm:\n  command_timeout_s: 0.5", "slurm.command_timeout_s: value 0.5 is below the lower bound 1 s"),
+    ("estimates:\n  min_s: 0.5", "estimates.min_s: value 0.5 is below the lower bound 1 s"),
+    ("scheduler:\n  grace_s: -1", "scheduler.grace_s: value -1 is not a number >= 0"),
+    ("scheduler:\n  min_runtime_s: -1e3", "scheduler.min_runtime_s: value -1000.0 is not a number >= 0"),
+    ("poll_interval_s: 60\nscheduler:\n  lease_minutes: 0.5",
+     "scheduler.lease_minutes: value 0.5 (30 s) is shorter than poll_interval_s (60 s)"),
+])  # fmt: skip
+def test_intervals_have_lower_bounds(tmp_path: Path, text: str, message: str) -> None:
+    f = tmp_path / "t.yaml"
+    f.write_text(text + "\n")
+    with pytest.raises(ConfigError) as e:
+        load(f)
+    assert str(e.value).startswith(f"{f}: {message}"), str(e.value)
+
+
+def test_bounds_are_inclusive_and_cover_every_duration() -> None:
+    doc: dict = {"poll_interval_s": 0.1, "scheduler": {"lease_minutes": 0.1, "grace_s": 0, "min_runtime_s": 0,
+                                                       "release_timeout_s": 5, "restart_cost_s": 0},
+                 "estimates": {"min_s": 1, "default_s": 1, "max_s": 1}, "slurm": {"command_timeout_s": 1}}
+    cfg = parse(doc)
+    assert cfg.poll_interval_s == 0.1 and cfg.slurm.command_timeout_s == 1.0
+    durations = {"poll_interval_s"} | {f"{sec}.{k}" for sec, keys in doc.items() if isinstance(keys, dict)
+                                       for k in keys}
+    assert durations == set(BOUNDS)
+
+
+def test_cli_reads_themis_yaml_with_the_same_loader(tmp_path: Path) -> None:
+    from themis_slurm.cli.client import CliError, load_settings
+
+    f = tmp_path / "t.yaml"
+    f.write_text("api:\n  listen: '127.0.0.1:1'\napi:\n  listen: '127.0.0.1:2'\n")
+    with pytest.raises(CliError, match=r"duplicate key 'api' at line 3 \(first given at line 1\)"):
+        load_settings(f, None)
+    f.write_text("state_dir: /srv/themis\napi:\n  listen: '127.0.0.1:9000'\n")
+    s = load_settings(f, None)
+    assert (s.url, s.db_path) == ("http://127.0.0.1:9000", Path("/srv/themis/themis.db"))
