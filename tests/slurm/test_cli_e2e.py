@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -33,6 +35,7 @@ if TYPE_CHECKING:  # conftest is not importable at run time; pytest injects the 
 pytestmark = pytest.mark.slurm
 ALICE, BOB = "themis-alice", "themis-bob"
 THEMIS = [sys.executable, "-m", "themis_slurm.cli.main"]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def credential(cluster: Cluster, user: str) -> str:
@@ -129,6 +132,7 @@ def test_explain_running_waiting_unknown(cluster: Cluster, world: tuple[ApiServe
     env = dict(cluster.env, THEMISD_CONFIG="/nonexistent.yaml")
     out = themis("explain", str(a), "--url", srv.url, env=env).stdout
     assert "Why:       running on node1:2 under a lease" in out and "Lease:" in out
+    assert "Slurm gave it node1 GPU 0,1 (island level)" in out  # the real indices, not the plan
     out = themis("explain", str(b), "--url", srv.url, env=env).stdout
     assert "Why:       waiting: in round 1" in out and "bid (rank 1) but won nothing" in out
     res = themis("explain", "99999999", "--url", srv.url, env=env)
@@ -142,3 +146,45 @@ def test_daemon_down(cluster: Cluster) -> None:
     res = themis("status", "--url", f"http://127.0.0.1:{port}", env=dict(os.environ, **cluster.env))
     assert res.returncode == 1
     assert f"themisd not reachable at http://127.0.0.1:{port}" in res.stderr
+
+
+@pytest.mark.slow
+def test_cli_installed_as_documented_works_for_every_user(cluster: Cluster, world: tuple[ApiServer, int, int],
+                                                          tmp_path_factory: pytest.TempPathFactory) -> None:
+    """docs/admin-guide.md section 1, run with root's umask 027: status, explain and progress as alice.
+
+    Before, the guide's `python3 -m venv /opt/themis` took root's python3 (here pyenv's, under /root) and
+    root's umask, which left the CLI root-only; and only themisd was linked onto PATH.
+    """
+    srv, a, b = world
+    prefix = Path(tempfile.mkdtemp(prefix="themis-opt-", dir="/opt"))
+    try:
+        install = (f"umask 027 && {INSTALL_LINES.format(prefix=prefix, repo=REPO)}")
+        res = subprocess.run(["bash", "-euc", install], capture_output=True, text=True, timeout=900, check=False)
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+        themis_bin = str(prefix / "bin" / "themis")
+        env = dict(cluster.env, THEMISD_CONFIG="/nonexistent.yaml")
+        out = cluster.run([themis_bin, "status", "--url", srv.url], user=ALICE)
+        assert out.returncode == 0 and f"{ALICE}/e2e" in out.stdout, out.stderr
+        out = cluster.run([themis_bin, "explain", str(a), "--url", srv.url], user=ALICE)
+        assert out.returncode == 0 and "running on node1:2" in out.stdout, out.stderr
+        job_env = ["env", f"SLURM_CONF={env['SLURM_CONF']}", f"SLURM_JOB_ID={a}", themis_bin, "progress", "0.25"]
+        out = cluster.run(job_env, user=ALICE)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert cluster.job(a)["comment"].startswith("themis:progress=0.25")
+    finally:
+        shutil.rmtree(prefix, ignore_errors=True)
+
+
+# The install commands of docs/admin-guide.md section 1 for the CLI and daemon, with the prefix and the
+# package source filled in (the test installs from this checkout, the guide from PyPI). Keep them in step:
+# test_install_lines_match_the_admin_guide checks it.
+INSTALL_LINES = ("umask 022 && /usr/bin/python3 -m venv {prefix} && {prefix}/bin/pip install -q {repo} "
+                 "&& chmod -R a+rX {prefix}")
+
+
+def test_install_lines_match_the_admin_guide() -> None:
+    guide = (REPO / "docs" / "admin-guide.md").read_text()
+    for line in ("umask 022", "/usr/bin/python3 -m venv /opt/themis", "/opt/themis/bin/pip install themis-slurm",
+                 "chmod -R a+rX /opt/themis", "ln -s /opt/themis/bin/themis /usr/bin/themis"):
+        assert line in guide, line

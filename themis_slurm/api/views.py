@@ -407,12 +407,12 @@ def _summary(job: Doc, app: Doc | None, rounds: list[Doc], now: float) -> str:
     grant = next((a for r in rounds for a in r["job"] if a["action"] in ("grant", "renewal")), None)
     if intent == "running":
         text = f"running on {_nodes_text(job['nodes'])}"
+        if job["lease_end"] is not None:
+            text += f" under a lease until {_hm(job['lease_end'])} ({max(0, job['lease_end'] - now):.0f} s left)"
         if job.get("placement"):
             p = job["placement"]
             gpus = "; ".join(f"{n} GPU {','.join(map(str, idx))}" for n, idx in sorted(p["gpus"].items()))
-            text += f" ({gpus}: {p['level']} level)"
-        if job["lease_end"] is not None:
-            text += f" under a lease until {_hm(job['lease_end'])} ({max(0, job['lease_end'] - now):.0f} s left)"
+            text += f"; Slurm gave it {gpus} ({p['level']} level)"
         if job.get("adopted"):
             text += "; started outside Themis (adopted): its GPUs return to the auction when the lease ends"
         elif grant:
