@@ -14,6 +14,14 @@ if [ ! -x "$venv/bin/python" ]; then
   fi
   python3 -m venv "$venv"
 fi
+# systemd-analyze checks the unit file (tests/unit/test_systemd_unit.py); lua5.1's luac checks job_submit.lua.
+need=()
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
+command -v luac5.1 >/dev/null 2>&1 || need+=(lua5.1)
+if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}"; } >/dev/null 2>&1 \
+    || echo "tests/run.sh: could not install ${need[*]}: the tests that need them will skip" >&2
+fi
 "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null
 "$venv/bin/python" -m pip install -q -e ".[test,nvml]"
 

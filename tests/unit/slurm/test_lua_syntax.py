@@ -1,0 +1,22 @@
+"""job_submit.lua compiles with the Lua that slurmctld embeds (5.1 on Debian's 22.05), before any cluster runs it:
+a script that fails to load leaves slurmctld running the previous one, silently."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SCRIPTS = [Path(__file__).resolve().parents[3] / "slurm_conf" / name
+           for name in ("job_submit.lua", "themis_job_submit.conf.lua")]
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_lua_compiles(script: Path) -> None:
+    luac = shutil.which("luac5.1")
+    if luac is None:
+        pytest.skip("luac5.1 not installed (apt-get install lua5.1; tests/run.sh does it)")
+    res = subprocess.run([luac, "-p", str(script)], capture_output=True, text=True, timeout=30, check=False)
+    assert res.returncode == 0, res.stderr
