@@ -156,9 +156,16 @@ end
 
 -- Reads the config file in an empty sandbox. Returns a table or nil, error.
 local function read_config_file(path)
-  local chunk, err = loadfile(path)
+  -- Lua 5.1 (Debian's Slurm 22.05) sandboxes with setfenv; 5.2+ (Slurm built against 5.3/5.4) with
+  -- loadfile's env argument. Either way the file sees an empty environment.
+  local chunk, err
+  if setfenv then
+    chunk, err = loadfile(path)
+    if chunk then setfenv(chunk, {}) end
+  else
+    chunk, err = loadfile(path, "t", {})
+  end
   if not chunk then return nil, err end
-  setfenv(chunk, {})
   local ok, result = pcall(chunk)
   if not ok then return nil, tostring(result) end
   if type(result) ~= "table" then return nil, "it must `return { ... }` (a table)" end
@@ -462,10 +469,12 @@ local UPDATE_FIELDS = {
   time_limit = NO_VAL, time_min = NO_VAL, tres_bind = "s", tres_freq = "s", tres_per_job = "s",
   tres_per_node = "s", tres_per_socket = "s", tres_per_task = "s", wait4switch = NO_VAL,
   work_dir = "s", wckey = "s",
+  -- added by later releases (25.11 _get_job_req_field; scontrol update MCSLabel=, SegmentSize via -b):
+  mcs_label = "s", segment_size = "n", selinux_context = "s",
 }
 -- Not listed, because slurmctld fills them in, not the update: alloc_node (the host the update came from),
 -- user_id (the job's owner, filled in before this hook runs; checked separately), user_name/default_*
--- (follow from it); environment
+-- (follow from it), assoc_comment/assoc_qos (25.11: looked up from the association); environment
 -- is a proxy table, argc/argv/spank_job_env are not updatable.
 -- (min_mem_per_node / min_mem_per_cpu are numbers when set; listed as "s" so that nil means unset.)
 

@@ -14,10 +14,11 @@ if [ ! -x "$venv/bin/python" ]; then
   fi
   python3 -m venv "$venv"
 fi
-# systemd-analyze checks the unit file (tests/unit/test_systemd_unit.py); lua5.1's luac checks job_submit.lua.
+# systemd-analyze checks the unit file (tests/unit/test_systemd_unit.py); luac5.1/5.3 check job_submit.lua.
 need=()
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 command -v luac5.1 >/dev/null 2>&1 || need+=(lua5.1)
+command -v luac5.3 >/dev/null 2>&1 || need+=(lua5.3)
 if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}"; } >/dev/null 2>&1 \
     || echo "tests/run.sh: could not install ${need[*]}: the tests that need them will skip" >&2
