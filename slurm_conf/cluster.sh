@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # cluster.sh - a real multi-node Slurm cluster on ONE machine, for tests, CI and demos of themis-slurm.
 #
-#   cluster.sh up [--nodes N] [--gpus G] [--racks R] [--dir DIR] [--force]
+#   cluster.sh up [--slurm 22.05|25.11] [--nodes N] [--gpus G] [--racks R] [--dir DIR] [--force]
 #   cluster.sh down [--dir DIR] [--purge]
 #   cluster.sh status | env | restart-ctld [--dir DIR]
 #
-# Run as root on Debian 12 (Slurm 22.05 from Debian). `up` installs what is missing (slurmctld, slurmd,
-# slurm-client, munge), writes every file under DIR (default ${THEMIS_CLUSTER_DIR:-/var/tmp/themis-cluster}),
+# Run as root on Debian 12. Two Slurm versions: 22.05 from Debian (the default), or with --slurm 25.11 the
+# tree in /opt/slurm-25.11 (SchedMD's 25.11.7 built for Debian 12; when missing it is unpacked from
+# $THEMIS_SLURM_DIST, default ../shared/slurm beside the repository, or rebuilt from the source tarball
+# there if the prebuilt tree does not run). One cluster at a time: switching version needs --force.
+# `up` installs what is missing (slurmctld, slurmd, slurm-client, munge), writes every file under DIR (default ${THEMIS_CLUSTER_DIR:-/var/tmp/themis-cluster}),
 # starts a private munged, one slurmctld and one slurmd per node (Slurm's "multiple-slurmd" mode: every node is
 # NodeHostname=localhost NodeAddr=127.0.0.1 with its own port), waits until all nodes are idle, writes
-# DIR/env and prints its single line on stdout, so   eval "$(slurm_conf/cluster.sh up)"   works.
+# DIR/env and prints it on stdout (export SLURM_CONF=..., and for 25.11 first export PATH=... with its bin
+# and sbin), so   eval "$(slurm_conf/cluster.sh up)"   works.
 #
 # Shape: N nodes (default 4), each with G fake A100 GPUs (default 4) made of character devices
 # DIR/dev/nvidiaK (major 195, like the real driver: gres/gpu drops GPUs without a device file). Each node is
@@ -41,7 +45,9 @@
 # tests can act as ordinary users:  runuser -u themis-alice -- sbatch -o DIR/jobs/%j.out ...
 # DIR/jobs is world-writable and sticky (1777) for job output files.
 #
-# Environment: THEMIS_CLUSTER_DIR (default DIR), THEMIS_CLUSTER_PORT (slurmctld port, default 26817; a second
+# Environment: THEMIS_SLURM_DIST (folder with the Slurm 25.11 tarballs, default ../shared/slurm beside the
+# repository), THEMIS_SLURM25_PREFIX (where 25.11 is installed, default /opt/slurm-25.11),
+# THEMIS_CLUSTER_DIR (default DIR), THEMIS_CLUSTER_PORT (slurmctld port, default 26817; a second
 # cluster on the same machine needs another DIR and another port), THEMIS_CLUSTER_TIMEOUT (seconds to wait
 # for daemons and nodes, default 60).
 set -euo pipefail
@@ -66,7 +72,7 @@ usage() {
 cmd=${1:-}
 [ -n "$cmd" ] || usage
 shift
-opt_nodes="" opt_gpus="" opt_racks="" opt_force=0 opt_purge=0
+opt_nodes="" opt_gpus="" opt_racks="" opt_force=0 opt_purge=0 opt_slurm=""
 DIR=${THEMIS_CLUSTER_DIR:-/var/tmp/themis-cluster}
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -74,6 +80,8 @@ while [ $# -gt 0 ]; do
     --gpus) opt_gpus=${2:?--gpus needs a value}; shift 2 ;;
     --racks) opt_racks=${2:?--racks needs a value}; shift 2 ;;
     --dir) DIR=${2:?--dir needs a value}; shift 2 ;;
+    --slurm) opt_slurm=${2:?--slurm needs a value}; shift 2 ;;
+    --slurm=*) opt_slurm=${1#*=}; shift ;;
     --nodes=*) opt_nodes=${1#*=}; shift ;;
     --gpus=*) opt_gpus=${1#*=}; shift ;;
     --racks=*) opt_racks=${1#*=}; shift ;;
@@ -87,12 +95,34 @@ done
 for v in "$opt_nodes" "$opt_gpus" "$opt_racks"; do
   [ -z "$v" ] || [[ "$v" =~ ^[1-9][0-9]*$ ]] || die "--nodes/--gpus/--racks take a positive integer, not '$v'"
 done
+case "$opt_slurm" in ""|22.05|25.11) ;; *) die "--slurm takes 22.05 or 25.11, not '$opt_slurm'" ;; esac
 case "$DIR" in /*) ;; *) DIR="$PWD/$DIR" ;; esac
 DIR=${DIR%/}
 readonly DIR
 readonly ETC=$DIR/etc CONF=$DIR/etc/slurm.conf RUN=$DIR/run MUNGE=$DIR/munge
 readonly MARKER=$DIR/.themis-cluster SHAPE_FILE=$DIR/shape ENV_FILE=$DIR/env
 export SLURM_CONF=$CONF
+readonly SLURM25_PREFIX=${THEMIS_SLURM25_PREFIX:-/opt/slurm-25.11}
+readonly SLURM_DIST=${THEMIS_SLURM_DIST:-$SCRIPT_DIR/../../shared/slurm}
+
+# The Slurm version of the cluster in DIR (from its shape file), else the one asked for, else 22.05.
+recorded_slurm() { [ -f "$SHAPE_FILE" ] && sed -n 's/.*slurm=\([0-9.]*\).*/\1/p' "$SHAPE_FILE"; }
+SLURM_VERSION=$(recorded_slurm || true)
+SLURM_VERSION=${SLURM_VERSION:-22.05}
+[ "$cmd" = up ] && [ -n "$opt_slurm" ] && WANT_SLURM=$opt_slurm || WANT_SLURM=$SLURM_VERSION
+# Put the version's binaries first on PATH (22.05: Debian's in /usr/bin, so the 25.11 tree must be off it).
+use_slurm() {
+  SLURM_VERSION=$1
+  local p="" d
+  local IFS=:
+  for d in $PATH; do
+    case "$d" in "$SLURM25_PREFIX/bin"|"$SLURM25_PREFIX/sbin") ;; *) p+="${p:+:}$d" ;; esac
+  done
+  PATH=$p
+  if [ "$SLURM_VERSION" = 25.11 ]; then PATH="$SLURM25_PREFIX/bin:$SLURM25_PREFIX/sbin:$PATH"; fi
+  export PATH
+}
+use_slurm "$SLURM_VERSION"
 
 # ------------------------------------------------------------------------------------------------ helpers
 need_root() { [ "$(id -u)" = 0 ] || die "run me as root (I start daemons and create users)"; }
@@ -189,6 +219,47 @@ install_packages() {
   fi
 }
 
+# 25.11: the prebuilt tree from $SLURM_DIST (unpacked into /opt), its runtime libraries from Debian, and a
+# rebuild from the source tarball when the prebuilt binaries do not run on this machine.
+install_slurm25() {
+  local deps=(munge libmunge2 libjson-c5 liblua5.3-0 libyaml-0-2 libhttp-parser2.9 libreadline8 libdbus-1-3 libjwt0)
+  local missing=()
+  local d
+  for d in "${deps[@]}"; do dpkg -s "$d" >/dev/null 2>&1 || missing+=("$d"); done
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
+      || { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }
+  fi
+  if [ -x "$SLURM25_PREFIX/sbin/slurmctld" ] && "$SLURM25_PREFIX/sbin/slurmctld" -V >/dev/null 2>&1; then return 0; fi
+  local tree src
+  tree=$(ls "$SLURM_DIST"/slurm-25.11.*-debian12-amd64.tar.xz 2>/dev/null | head -1 || true)
+  src=$(ls "$SLURM_DIST"/slurm-25.11.*.tar.xz 2>/dev/null | grep -v debian12 | head -1 || true)
+  [ -n "$tree$src" ] || die "Slurm 25.11 is not installed in $SLURM25_PREFIX and no Slurm 25.11 tarball is in $SLURM_DIST (set THEMIS_SLURM_DIST to the folder holding slurm-25.11.*-debian12-amd64.tar.xz or the source tarball)"
+  if [ -n "$tree" ]; then
+    log "unpacking $tree into /opt"
+    tar xJf "$tree" -C /opt
+    if "$SLURM25_PREFIX/sbin/slurmctld" -V >/dev/null 2>&1; then return 0; fi
+    log "the prebuilt Slurm 25.11 does not run here: rebuilding it from source"
+  fi
+  [ -n "$src" ] || die "the prebuilt Slurm 25.11 does not run here and there is no source tarball in $SLURM_DIST"
+  build_slurm25 "$src"
+}
+
+build_slurm25() {
+  local src=$1 work
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq --no-install-recommends build-essential libmunge-dev libjson-c-dev liblua5.3-dev \
+    libyaml-dev libhttp-parser-dev pkg-config libreadline-dev libdbus-1-dev libjwt-dev >/dev/null
+  work=$(mktemp -d)
+  tar xJf "$src" -C "$work"
+  (cd "$work"/slurm-25.11.* && ./configure -q --prefix="$SLURM25_PREFIX" --sysconfdir="$SLURM25_PREFIX/etc" \
+      --with-munge --enable-pam=no --enable-multiple-slurmd >/dev/null && make -s -j"$(nproc)" >/dev/null \
+      && make -s install >/dev/null) || die "building Slurm 25.11 from $src failed"
+  rm -rf "$work"
+}
+
 ensure_users() {
   local u
   for u in "${TEST_USERS[@]}"; do
@@ -233,7 +304,7 @@ write_slurm_conf() {
   local nodes=$1 gpus=$2 i
   {
     cat <<EOF
-# Generated by slurm_conf/cluster.sh for a local TEST cluster ($nodes nodes x $gpus GPUs); do not edit,
+# Generated by slurm_conf/cluster.sh for a local TEST cluster (Slurm $SLURM_VERSION, $nodes nodes x $gpus GPUs); do not edit,
 # edit cluster.sh. Production settings: see slurm_conf/examples/slurm.conf.snippet.
 ClusterName=themis-local
 SlurmctldHost=localhost
@@ -256,6 +327,7 @@ SlurmdDebug=info
 PlugStackConfig=$ETC/plugstack.conf
 TmpFS=$DIR/tmp
 MailProg=/bin/true
+$( [ "$SLURM_VERSION" = 25.11 ] && echo "PluginDir=$SLURM25_PREFIX/lib/slurm" )
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
@@ -323,8 +395,11 @@ make_tree() {
   write_gres "$nodes" "$gpus"
   write_topology "$nodes" "$racks"
   refresh_lua
-  echo "nodes=$nodes gpus=$gpus racks=$racks" >"$SHAPE_FILE"
-  echo "export SLURM_CONF=$CONF" >"$ENV_FILE"
+  echo "nodes=$nodes gpus=$gpus racks=$racks slurm=$SLURM_VERSION" >"$SHAPE_FILE"
+  {
+    if [ "$SLURM_VERSION" = 25.11 ]; then echo "export PATH=$SLURM25_PREFIX/bin:$SLURM25_PREFIX/sbin:\$PATH"; fi
+    echo "export SLURM_CONF=$CONF"
+  } >"$ENV_FILE"
 }
 
 # ------------------------------------------------------------------------------------------------ daemons
@@ -373,17 +448,18 @@ cmd_up() {
     cur_gpus=$(sed -n 's/.*gpus=\([0-9]*\).*/\1/p' "$SHAPE_FILE")
     cur_racks=$(sed -n 's/.*racks=\([0-9]*\).*/\1/p' "$SHAPE_FILE")
     nodes=${opt_nodes:-$cur_nodes} gpus=${opt_gpus:-$cur_gpus} racks=${opt_racks:-$cur_racks}
-    if [ "$nodes/$gpus/$racks" != "$cur_nodes/$cur_gpus/$cur_racks" ]; then
+    if [ "$nodes/$gpus/$racks/$WANT_SLURM" != "$cur_nodes/$cur_gpus/$cur_racks/$SLURM_VERSION" ]; then
       if [ "$opt_force" != 1 ]; then
-        log "$DIR holds a cluster of $cur_nodes nodes x $cur_gpus GPUs in $cur_racks racks; you asked for $nodes x $gpus in $racks."
+        log "$DIR holds a Slurm $SLURM_VERSION cluster of $cur_nodes nodes x $cur_gpus GPUs in $cur_racks racks; you asked for Slurm $WANT_SLURM, $nodes x $gpus in $racks."
         log "use 'up --force' to replace it (its jobs are lost) or another --dir"
         exit 1
       fi
-      log "replacing the $cur_nodes x $cur_gpus cluster in $DIR (--force)"
+      log "replacing the Slurm $SLURM_VERSION $cur_nodes x $cur_gpus cluster in $DIR (--force)"
       cmd_down_impl 1
+      use_slurm "$WANT_SLURM"
     elif all_up; then
       refresh_lua
-      log "already up ($nodes nodes x $gpus GPUs, $racks racks) in $DIR"
+      log "already up (Slurm $SLURM_VERSION, $nodes nodes x $gpus GPUs, $racks racks) in $DIR"
       print_env
       return 0
     fi
@@ -391,14 +467,16 @@ cmd_up() {
   nodes=${nodes:-${opt_nodes:-4}} gpus=${gpus:-${opt_gpus:-4}} racks=${racks:-${opt_racks:-2}}
   ((racks <= nodes)) || die "--racks $racks is more than --nodes $nodes"
   ((nodes <= 64)) || die "--nodes $nodes: at most 64 nodes (one port each from $((CTLD_PORT + 1)))"
+  use_slurm "$WANT_SLURM"
   install_packages
+  if [ "$SLURM_VERSION" = 25.11 ]; then install_slurm25; fi
   ensure_users
   make_tree "$nodes" "$gpus" "$racks"
   start_munged
   start_ctld
   start_slurmds
   wait_until "$WAIT_SECONDS" "all $nodes nodes to be idle" nodes_ready
-  log "up: $nodes nodes x $gpus GPUs in $racks racks, state in $DIR"
+  log "up: Slurm $SLURM_VERSION, $nodes nodes x $gpus GPUs in $racks racks, state in $DIR"
   print_env
 }
 

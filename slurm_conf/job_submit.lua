@@ -455,7 +455,7 @@ local UPDATE_FIELDS = {
   clusters = "s", comment = "s", container = "s", contiguous = NO_VAL16, cores_per_socket = NO_VAL16,
   cpu_freq_min = NO_VAL, cpu_freq_max = NO_VAL, cpu_freq_gov = NO_VAL, cpus_per_task = NO_VAL16,
   cpus_per_tres = "s", cron_job = "n", delay_boot = NO_VAL, dependency = "s", end_time = "n", extra = "s",
-  exc_nodes = "s", features = "s", gres = "s", group_id = NO_VAL, immediate = "n", licenses = "s",
+  exc_nodes = "s", features = "s", gres = "s", immediate = "n", licenses = "s",
   mail_type = NO_VAL16, mail_user = "s", max_cpus = NO_VAL, max_nodes = NO_VAL, mem_per_tres = "s",
   min_cpus = NO_VAL, min_mem_per_node = "s", min_mem_per_cpu = "s", min_nodes = NO_VAL, name = "s",
   network = "s", nice = NO_VAL, ntasks_per_board = "n", ntasks_per_core = NO_VAL16,
@@ -473,7 +473,8 @@ local UPDATE_FIELDS = {
   mcs_label = "s", segment_size = "n", selinux_context = "s",
 }
 -- Not listed, because slurmctld fills them in, not the update: alloc_node (the host the update came from),
--- user_id (the job's owner, filled in before this hook runs; checked separately), user_name/default_*
+-- user_id (the job's owner, filled in before this hook runs; checked separately: only another uid is
+-- refused), group_id (25.11 sends SLURM_AUTH_NOBODY, 99; an update never applies it), user_name/default_*
 -- (follow from it), assoc_comment/assoc_qos (25.11: looked up from the association); environment
 -- is a proxy table, argc/argv/spank_job_env are not updatable.
 -- (min_mem_per_node / min_mem_per_cpu are numbers when set; listed as "s" so that nil means unset.)
@@ -560,14 +561,20 @@ local function fields_set(job_desc)
   return out
 end
 
+-- Lua 5.3 prints whole floats as "38.0": Slurm hands numbers over as floats.
+local function int_text(x)
+  if type(x) == "number" then return string.format("%.0f", x) end
+  return tostring(x)
+end
+
 local function refuse(code, what, job_rec, modify_uid)
-  slurm.log_info("themis: refused %s of job %s by uid %d (Themis-managed)", what, tostring(job_rec.job_id),
+  slurm.log_info("themis: refused %s of job %s by uid %d (Themis-managed)", what, int_text(job_rec.job_id),
                  modify_uid)
   -- 22.05 discards (and logs an error for) log_user() in this hook; 24.05+ (which export
   -- STEPMGR_ENABLED) show it to the user. Both get the error code.
   if MODIFY_CAN_TALK then
     slurm.log_user("themis: job %s is managed by Themis: %s is not allowed (see the user guide)",
-                   tostring(job_rec.job_id), what)
+                   int_text(job_rec.job_id), what)
   end
   return code
 end
@@ -598,6 +605,7 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
   if not managed then return slurm.SUCCESS end
 
   -- Deny by default: every field the update sets must be on the owner's allowlist.
+  -- slurmctld fills in the owner before this hook: only a different one counts.
   if job_desc.user_id ~= nil and job_desc.user_id ~= NO_VAL and job_desc.user_id ~= job_rec.user_id then
     return refuse(ESLURM_ACCESS_DENIED, "user_id change", job_rec, modify_uid)
   end
@@ -619,10 +627,10 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
       local want = job_desc.time_limit
       if want == INFINITE or (old ~= nil and old ~= INFINITE and old ~= NO_VAL and want > old) then
         return refuse(ESLURM_ACCESS_DENIED, string.format("raising TimeLimit (%s -> %s minutes)",
-                      tostring(old), want == INFINITE and "UNLIMITED" or tostring(want)), job_rec, modify_uid)
+                      int_text(old), want == INFINITE and "UNLIMITED" or int_text(want)), job_rec, modify_uid)
       end
     elseif not OWNER_MAY_SET[f] then
-      return refuse(ESLURM_ACCESS_DENIED, string.format("%s change (to %s)", f, shown(tostring(job_desc[f]))),
+      return refuse(ESLURM_ACCESS_DENIED, string.format("%s change (to %s)", f, shown(int_text(job_desc[f]))),
                     job_rec, modify_uid)
     end
   end
@@ -633,7 +641,7 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
     end
     job_desc.priority = NO_VAL       -- Themis's hold stays exactly as it is
     job_desc.comment = hold and comment_with_user_hold(comment) or comment_without_user_hold(comment)
-    slurm.log_info("themis: job %s: owner uid %d %s (Comment now %q)", tostring(job_rec.job_id), modify_uid,
+    slurm.log_info("themis: job %s: owner uid %d %s (Comment now %q)", int_text(job_rec.job_id), modify_uid,
                    hold and "holds it: hold=user" or "releases its own hold", job_desc.comment)
   end
   return slurm.SUCCESS

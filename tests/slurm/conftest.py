@@ -22,12 +22,42 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_SH = REPO / "slurm_conf" / "cluster.sh"
+CLUSTER_DIR = Path(os.environ.get("THEMIS_CLUSTER_DIR", "/var/tmp/themis-cluster"))
 ALICE = "themis-alice"
 BOB = "themis-bob"
 
 # job_state values of `squeue --json` (openapi v0.0.38) after which a job will not run again by itself.
 FINISHED_STATES = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
                              "PREEMPTED", "BOOT_FAIL", "DEADLINE"})
+
+
+def _flat(value: Any) -> Any:
+    """A v0.0.40+ number object ``{"set": .., "infinite": .., "number": ..}`` as 22.05 printed it."""
+    if isinstance(value, dict) and "number" in value and "set" in value:
+        if value.get("infinite"):
+            return 4294967295
+        return value["number"] if value.get("set") else 0
+    return value
+
+
+def flat_job(job: dict[str, Any]) -> dict[str, Any]:
+    """A squeue --json job of any version in the v0.0.38 (22.05) shape the tests assert on.
+
+    25.11 (data_parser v0.0.44) wraps numbers in objects and prints job_state as a list of words
+    (["PENDING"], ["RUNNING", "COMPLETING"]): the base state wins, as 22.05 printed it.
+    """
+    out = {k: _flat(v) for k, v in job.items()}
+    code = job.get("exit_code")
+    if isinstance(code, dict) and "return_code" in code:  # 25.11: {"status": [..], "return_code": N, "signal"}
+        rc, sig = _flat(code.get("return_code")) or 0, _flat((code.get("signal") or {}).get("id")) or 0
+        out["exit_code"] = (rc << 8) | sig  # 22.05 printed the raw wait status
+    state = job.get("job_state")
+    if isinstance(state, list):
+        flags = {"COMPLETING", "REQUEUED", "REQUEUE_HOLD", "CONFIGURING"}
+        words = [str(w) for w in state]
+        shown = next((w for w in ("COMPLETING",) if w in words), None)
+        out["job_state"] = shown or next((w for w in words if w not in flags), words[0] if words else "")
+    return out
 
 
 class SlurmCommandError(RuntimeError):
@@ -47,6 +77,7 @@ class Cluster:
     nodes: int
     gpus: int
     racks: int
+    slurm: str = "22.05"  # the Slurm version of the cluster
     submitted: list[int] = field(default_factory=list)
 
     @property
@@ -97,8 +128,11 @@ class Cluster:
         return self.submitted[-1]
 
     def jobs(self) -> list[dict[str, Any]]:
-        """All jobs slurmctld knows, from one ``squeue --json`` call (one RPC, like the daemon does)."""
-        return json.loads(self.check(["squeue", "--all", "--json"]))["jobs"]
+        """All jobs slurmctld knows, finished ones too (25.11 hides them without --states=all), in one RPC.
+
+        Records are in 22.05's shape whatever the version (see `flat_job`), so one assertion fits both.
+        """
+        return [flat_job(j) for j in json.loads(self.check(["squeue", "--all", "--states=all", "--json"]))["jobs"]]
 
     def job(self, job_id: int) -> dict[str, Any]:
         """The ``squeue --json`` record of one job (raises KeyError when slurmctld no longer has it)."""
@@ -163,13 +197,38 @@ def _skip_reason() -> str | None:
         return f"{CLUSTER_SH} is missing"
     if shutil.which("slurmctld") is None and shutil.which("apt-get") is None:
         return "Slurm is not installed and apt-get is not available to install it"
+    if wanted_slurm() == "25.11":
+        dist = Path(os.environ.get("THEMIS_SLURM_DIST", REPO.parent / "shared" / "slurm"))
+        if not Path("/opt/slurm-25.11/sbin/slurmctld").exists() and not list(dist.glob("slurm-25.11.*.tar.xz")):
+            return (f"Slurm 25.11 is not available: no /opt/slurm-25.11 and no slurm-25.11.*.tar.xz in {dist} "
+                    "(../shared/slurm, or set THEMIS_SLURM_DIST)")
+    elif wanted_slurm() != "22.05":
+        return f"THEMIS_SLURM_VERSION={wanted_slurm()!r}: the local cluster offers 22.05 and 25.11"
     return None
 
 
-def _read_shape(cluster_dir: Path) -> dict[str, int]:
-    """The shape cluster.sh recorded in DIR/shape ("nodes=4 gpus=4 racks=2")."""
+def _read_shape(cluster_dir: Path) -> dict[str, str]:
+    """The shape cluster.sh recorded in DIR/shape ("nodes=4 gpus=4 racks=2 slurm=25.11")."""
     text = (cluster_dir / "shape").read_text().split()
-    return {k: int(v) for k, v in (item.split("=", 1) for item in text)}
+    return dict(item.split("=", 1) for item in text)
+
+
+def wanted_slurm() -> str:
+    """The Slurm version the suite runs against: $THEMIS_SLURM_VERSION (22.05 or 25.11), default 22.05."""
+    return os.environ.get("THEMIS_SLURM_VERSION", "22.05")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"Slurm tests against Slurm {wanted_slurm()} (THEMIS_SLURM_VERSION)"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    """Every real-cluster test report names the Slurm version, so a failure says which one it was."""
+    outcome = yield
+    report = outcome.get_result()
+    if item.get_closest_marker("slurm") is not None:
+        report.nodeid = f"{report.nodeid} [Slurm {wanted_slurm()}]"
 
 
 @pytest.fixture(scope="session")
@@ -181,16 +240,27 @@ def cluster_session() -> Cluster:
     reason = _skip_reason()
     if reason:
         pytest.skip(reason)
-    res = subprocess.run([str(CLUSTER_SH), "up"], capture_output=True, text=True, timeout=600, check=False)
+    version = wanted_slurm()
+    args = [str(CLUSTER_SH), "up", "--slurm", version]
+    shape = CLUSTER_DIR / "shape"
+    if shape.exists() and _read_shape(CLUSTER_DIR).get("slurm", "22.05") != version:
+        args.append("--force")  # the other version is up: one cluster at a time
+    res = subprocess.run(args, capture_output=True, text=True, timeout=1800, check=False)
     if res.returncode != 0:
         pytest.fail(f"slurm_conf/cluster.sh up failed ({res.returncode}):\n{res.stderr}")
-    # The single stdout line is "export SLURM_CONF=<path>".
-    conf = res.stdout.strip().splitlines()[-1].split("=", 1)[1]
+    # stdout: "export SLURM_CONF=<path>", after "export PATH=<slurm bin>:<slurm sbin>:$PATH" for 25.11.
+    exports = dict(line.removeprefix("export ").split("=", 1) for line in res.stdout.strip().splitlines()
+                   if line.startswith("export "))
+    conf = exports["SLURM_CONF"]
     cluster_dir = Path(conf).parent.parent
+    # the other version's binaries must not shadow this one's (a shell that eval'd 25.11's env before)
+    plain = ":".join(d for d in os.environ.get("PATH", "").split(":") if not d.startswith("/opt/slurm-25.11/"))
+    os.environ["PATH"] = exports["PATH"].replace("$PATH", plain) if "PATH" in exports else plain
     env = dict(os.environ, SLURM_CONF=conf)
     os.environ["SLURM_CONF"] = conf
-    shape = _read_shape(cluster_dir)
-    return Cluster(dir=cluster_dir, env=env, nodes=shape["nodes"], gpus=shape["gpus"], racks=shape["racks"])
+    info = _read_shape(cluster_dir)
+    return Cluster(dir=cluster_dir, env=env, nodes=int(info["nodes"]), gpus=int(info["gpus"]),
+                   racks=int(info["racks"]), slurm=info.get("slurm", "22.05"))
 
 
 @pytest.fixture

@@ -27,17 +27,28 @@ def _cluster_sh(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str
                           check=False)
 
 
+def _env_lines(cluster: Cluster) -> list[str]:
+    """What `up` and `env` print: SLURM_CONF, after the 25.11 tree's PATH for 25.11."""
+    lines = [f"export SLURM_CONF={cluster.dir}/etc/slurm.conf"]
+    if cluster.slurm == "25.11":
+        lines.insert(0, "export PATH=/opt/slurm-25.11/bin:/opt/slurm-25.11/sbin:$PATH")
+    return lines
+
+
 def _ctld_pid(cluster: Cluster) -> int:
     return int((cluster.dir / "run" / "slurmctld.pid").read_text().strip())
 
 
 def test_shape_matches_config(cluster: Cluster) -> None:
-    nodes = json.loads(cluster.check(["sinfo", "--json"]))["nodes"]
+    doc = json.loads(cluster.check(["sinfo", "--json"]))
+    if "nodes" not in doc:  # 23.11+ groups sinfo's output; scontrol lists the nodes
+        doc = json.loads(cluster.check(["scontrol", "show", "nodes", "--json"]))
+    nodes = doc["nodes"]
     names = sorted({n["name"] for n in nodes})
     assert names == [f"node{i}" for i in range(1, cluster.nodes + 1)]
     for node in nodes:
         assert node["gres"].startswith(f"gpu:a100:{cluster.gpus}(")
-        assert node["cpus"] == 16
+        assert node["cpus"] in (16, {"set": True, "infinite": False, "number": 16})
         assert {"gpu", "debug"} <= set(node["partitions"])
     topology = cluster.check(["scontrol", "show", "topology"])
     for rack in range(1, cluster.racks + 1):
@@ -61,8 +72,8 @@ def test_up_twice_is_a_noop(cluster: Cluster) -> None:
     pid = _ctld_pid(cluster)
     res = _cluster_sh(cluster, "up")
     assert res.returncode == 0, res.stderr
-    assert "already up" in res.stderr
-    assert res.stdout.strip() == f"export SLURM_CONF={cluster.dir}/etc/slurm.conf"
+    assert "already up" in res.stderr and f"Slurm {cluster.slurm}" in res.stderr
+    assert res.stdout.strip().splitlines() == _env_lines(cluster)
     assert _ctld_pid(cluster) == pid
 
 
@@ -76,7 +87,29 @@ def test_up_with_another_shape_is_refused(cluster: Cluster) -> None:
 def test_status_and_env(cluster: Cluster) -> None:
     res = _cluster_sh(cluster, "status")
     assert res.returncode == 0 and "slurmctld: running" in res.stdout
-    assert _cluster_sh(cluster, "env").stdout.strip() == f"export SLURM_CONF={cluster.dir}/etc/slurm.conf"
+    assert _cluster_sh(cluster, "env").stdout.strip().splitlines() == _env_lines(cluster)
+    version = cluster.check(["sinfo", "--version"]).split()[1]
+    assert version.startswith(cluster.slurm), version
+
+
+def test_the_other_slurm_version_needs_force(cluster: Cluster) -> None:
+    other = "22.05" if cluster.slurm == "25.11" else "25.11"
+    res = _cluster_sh(cluster, "up", "--slurm", other)
+    assert res.returncode == 1 and "--force" in res.stderr and f"Slurm {cluster.slurm} cluster" in res.stderr
+    res = _cluster_sh(cluster, "up", "--slurm", "26.05")
+    assert res.returncode == 1 and "--slurm takes 22.05 or 25.11, not '26.05'" in res.stderr
+    assert _cluster_sh(cluster, "status").returncode == 0
+
+
+def test_slurm_25_11_without_a_source_says_so(cluster: Cluster, tmp_path: Path) -> None:
+    env = dict(cluster.env, THEMIS_CLUSTER_DIR=str(tmp_path / "c"), THEMIS_CLUSTER_PORT="27817",
+               THEMIS_SLURM_DIST=str(tmp_path / "none"), THEMIS_SLURM25_PREFIX=str(tmp_path / "opt"))
+    res = subprocess.run([str(CLUSTER_SH), "up", "--slurm", "25.11"], env=env, capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert res.returncode == 1
+    assert f"Slurm 25.11 is not installed in {tmp_path / 'opt'} and no Slurm 25.11 tarball is in " in res.stderr
+    assert "THEMIS_SLURM_DIST" in res.stderr
+    assert not (tmp_path / "c" / "etc").exists(), "nothing was set up"
 
 
 def test_pin_then_release_runs_on_exactly_that_node(cluster: Cluster) -> None:

@@ -1,8 +1,9 @@
 """Reading the cluster into a `Snapshot`: a bounded number of Slurm calls per cycle, never one per job.
 
 Per cycle: ``squeue --all --json`` (every job; 22.05 ignores filters and also prints finished jobs, so
-we filter here) and ``sinfo --all --json`` (nodes with GRES used and their indices). Only when the node
-JSON lacks ``gres_used`` (some Slurm versions) is ``scontrol show node -d -o`` run as well. gres.conf and
+we filter here) and one node listing with GRES used and their indices: ``sinfo --all --json`` up to 23.02,
+``scontrol show nodes --json`` on 23.11+ (whose sinfo JSON groups nodes without indices), found on the
+first cycle (`SnapshotReader.read_nodes`), ``scontrol show node -d -o`` if neither has them. gres.conf and
 topology.conf are plain files next to slurm.conf: read at start and again only when a file's mtime
 changes, so topology costs no RPC at all.
 
@@ -31,13 +32,14 @@ from themis_slurm.slurm.options import is_record, parse_progress, parse_record
 from themis_slurm.slurm.parse import job_from_json, load_json, node_from_json
 from themis_slurm.slurm.ranges import parse_int_list
 from themis_slurm.slurm.records import SlurmJob, SlurmNode
-from themis_slurm.slurm.runner import Runner
+from themis_slurm.slurm.runner import Runner, SlurmCommandError
 from themis_slurm.slurm.scontrol import parse_scontrol_nodes
 from themis_slurm.slurm.topology_conf import SwitchTree, parse_topology_conf
 
 SQUEUE = ("squeue", "--all", "--json")
 SINFO = ("sinfo", "--all", "--json")
 SCONTROL_NODES = ("scontrol", "show", "node", "-d", "-o")
+SCONTROL_NODES_JSON = ("scontrol", "show", "nodes", "--json")
 DEFAULT_RACK = "cluster"  # rack of every node when there is no topology.conf (no switch tree known)
 
 
@@ -282,6 +284,7 @@ class SnapshotReader:
         self._topo_key: tuple[Any, ...] | None = None
         self._topo: Topology | None = None
         self._topo_warnings: list[str] = []
+        self._node_source: str | None = None  # "sinfo", "scontrol-json" or "scontrol", found on first read
 
     @property
     def conf_dir(self) -> str:
@@ -318,11 +321,29 @@ class SnapshotReader:
         return self._conf
 
     def read_nodes(self) -> list[SlurmNode]:
-        """Nodes from ``sinfo --json``; ``scontrol show node -d -o`` when the JSON lacks gres_used."""
-        doc = load_json(self.runner.run(SINFO, self.config.timeout_s), "sinfo --json")
-        raw = doc.get("nodes")
-        if isinstance(raw, list) and all(isinstance(n, Mapping) and "gres_used" in n for n in raw):
-            return [node_from_json(n) for n in raw]
+        """Nodes with their used GPU indices, in one call.
+
+        ``sinfo --json`` lists nodes with ``gres_used`` up to 23.02; 23.11+ groups them (``"sinfo"``) without
+        per-node indices, where ``scontrol show nodes --json`` has them. The first cycle finds out which
+        works and later cycles go straight to it; ``scontrol show node -d -o`` is the last resort.
+        """
+        if self._node_source in (None, "sinfo"):
+            doc = load_json(self.runner.run(SINFO, self.config.timeout_s), "sinfo --json")
+            nodes = _nodes_with_gres_used(doc)
+            if nodes is not None:
+                self._node_source = "sinfo"
+                return nodes
+        if self._node_source in (None, "scontrol-json"):
+            try:
+                doc = load_json(self.runner.run(SCONTROL_NODES_JSON, self.config.timeout_s),
+                                "scontrol show nodes --json")
+            except (SlurmCommandError, SlurmOutputError):
+                doc = {}
+            nodes = _nodes_with_gres_used(doc)
+            if nodes is not None:
+                self._node_source = "scontrol-json"
+                return nodes
+        self._node_source = "scontrol"
         return parse_scontrol_nodes(self.runner.run(SCONTROL_NODES, self.config.timeout_s))
 
     def topology(self, nodes: Sequence[SlurmNode]) -> tuple[Topology, list[str]]:
@@ -350,6 +371,14 @@ class SnapshotReader:
                               slurm_calls=stats.total_calls - calls0,
                               latency_s=sum(stats.seconds.values()) - secs0,
                               warnings=[*topo_warnings, *warnings])
+
+
+def _nodes_with_gres_used(doc: Mapping[str, Any]) -> list[SlurmNode] | None:
+    """The node records of a JSON document when it lists nodes with their ``gres_used``, else None."""
+    raw = doc.get("nodes")
+    if isinstance(raw, list) and raw and all(isinstance(n, Mapping) and "gres_used" in n for n in raw):
+        return [node_from_json(n) for n in raw]
+    return None
 
 
 def _mtime(path: str) -> float | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -208,8 +209,25 @@ def test_sinfo_without_gres_used_falls_back_to_scontrol(tmp_path: Path) -> None:
     lines = "\n".join(f"NodeName=node{i} State=IDLE Gres=gpu:a100:4(S:0-1) GresUsed=gpu:a100:{int(i == 1)}"
                       f"(IDX:{'0' if i == 1 else 'N/A'}) Partitions=gpu,debug" for i in range(1, 5))
     runner = FakeRunner({("squeue",): squeue(), ("sinfo",): sinfo(*nodes), ("scontrol", "show", "node"): lines})
-    s = CliBackend(runner, AdapterConfig(slurm_conf=str(path))).snapshot()
-    assert s.slurm_calls == 3 and 0 in s.unmanaged and s.topology.size == 16
+    b = CliBackend(runner, AdapterConfig(slurm_conf=str(path)))
+    s = b.snapshot()
+    # first cycle: sinfo (no gres_used), scontrol --json (not answered), scontrol -d -o
+    assert s.slurm_calls == 4 and 0 in s.unmanaged and s.topology.size == 16
+    assert b.snapshot().slurm_calls == 2, "later cycles go straight to what worked"
+
+
+def test_grouped_sinfo_uses_scontrol_json_and_stays_at_two_calls(tmp_path: Path) -> None:
+    """23.11+ sinfo --json groups nodes without per-node indices; scontrol show nodes --json has them."""
+    path = conf_dir(tmp_path)
+    grouped = json.dumps({"sinfo": [], "meta": {}, "errors": []})
+    runner = FakeRunner({("squeue",): squeue(), ("sinfo",): grouped,
+                         ("scontrol", "show", "nodes", "--json"): sinfo(*ALL_NODES)})
+    b = CliBackend(runner, AdapterConfig(slurm_conf=str(path)))
+    assert b.snapshot().slurm_calls == 3
+    runner.calls.clear()
+    s = b.snapshot()
+    assert s.slurm_calls == 2 and [c[:2] for c in runner.calls] == [["squeue", "--all"], ["scontrol", "show"]]
+    assert s.topology.size == 16
 
 
 def test_slurm_failure_propagates(tmp_path: Path) -> None:
