@@ -34,7 +34,7 @@ from themis_slurm.slurm.records import (
 FREE_TEXT_KEYS = frozenset({
     "JobName", "Comment", "AdminComment", "SystemComment", "Command", "WorkDir", "StdErr", "StdIn",
     "StdOut", "Reason", "OS", "Extra", "MailUser", "Dependency", "Features", "AvailableFeatures",
-    "ActiveFeatures", "Container",
+    "ActiveFeatures", "Container", "SubmitLine",
 })
 _KNOWN_KEYS_TEXT = """
 JobId ArrayJobId ArrayTaskId ArrayTaskThrottle HetJobId HetJobOffset HetJobIdSet JobName UserId GroupId
@@ -48,6 +48,7 @@ StdOut Power TresPerNode TresPerJob TresPerSocket TresPerTask CpusPerTres MemPer
 MailUser MailType Reservation PreemptEligibleTime PreemptTime Container ContainerID ResvPorts
 NtasksPerTRES KillOInInvalidDependent Shared Prefer ClusterFeatures Gres CPUFreq/Gov CpuFreqMin
 CpuFreqMax CpuFreqGov SelinuxContext Extra SegmentSize
+SLUID SubmitLine ReqTRES LicensesAlloc
 NodeName Arch CoresPerSocket CPUAlloc CPUEfctv CPUTot CPULoad AvailableFeatures ActiveFeatures GresDrain
 GresUsed NodeAddr NodeHostName Port Version OS RealMemory AllocMem FreeMem Sockets Boards State
 ThreadsPerCore TmpDisk Weight Owner Partitions BootTime SlurmdStartTime LastBusyTime ResumeAfterTime

@@ -196,3 +196,40 @@ def test_bad_documents_raise_slurm_output_error():
         parse_sinfo_json(json.dumps({"nodes": [{"name": "n1", "state": "idle", "gres": "gpu:2(IDX:"}]}))
     with pytest.raises(SlurmOutputError, match="neither"):
         parse_sinfo_json("{}")
+
+
+def test_squeue_2511_real(fixture_text):
+    """Captured from a real Slurm 25.11.7 cluster (tests/fixtures/slurm/capture.sh 2511)."""
+    doc = json.loads(fixture_text("squeue_2511.json"))
+    assert api_version(doc) == "v0.0.44"
+    jobs = by_id(parse_squeue_json(fixture_text("squeue_2511.json")))
+    assert sorted(jobs) == list(range(139, 149))
+    one, two, gang, held, later, dep, arr, rq, done, task0 = (jobs[i] for i in range(139, 149))
+    assert (one.state, one.held, one.gpu_indices, one.tres_per_node) == ("RUNNING", False, {"node1": (0,)}, "gres/gpu:1")
+    assert one.comment == "themis:progress=0.25" and one.admin_comment == "themis:v1;app=bert;model=;sens=;est="
+    assert (two.gpus_total, two.gpus_per_node, two.gpu_indices) == (2, 2, {"node2": (0, 1)})
+    assert gang.nodes == ("node3", "node4") and (gang.num_nodes, gang.gpus_per_node, gang.gpus_total) == (2, 4, 8)
+    assert gang.gpu_indices == {"node3": (0, 1, 2, 3), "node4": (0, 1, 2, 3)}
+    assert (held.state, held.held, held.priority, held.state_reason) == ("PENDING", True, 0, "JobHeldUser")
+    assert held.time_limit_s == 30 * 60 and held.comment == "themis:app=wait,model=vgg16;a note"
+    assert later.eligible_time is not None and later.eligible_time > one.start_time + 3000  # --begin=now+3600
+    assert dep.dependency == "afterok:139(unfulfilled)" and dep.eligible_time is None
+    assert (arr.array_job_id, arr.array_task_id, arr.array_task_spec, arr.array_max_tasks) == (145, None, "1-5%2", 2)
+    assert (task0.array_job_id, task0.array_task_id, task0.state, task0.gpu_indices) == (145, 0, "RUNNING",
+                                                                                          {"node1": (2,)})
+    # requeued held: PENDING (no REQUEUE_HOLD word once it finished completing), Restarts 1, and a BeginTime
+    # Slurm set itself (requeue time + cred_expire): not the user's, see eligibility
+    assert (rq.state, rq.held, rq.restart_cnt, rq.state_reason) == ("PENDING", True, 1, "JobHeldUser")
+    assert rq.eligible_time is not None
+    assert done.state == "COMPLETED" and done.end_time is not None
+
+
+def test_nodes_2511_real(fixture_text):
+    nodes = {n.name: n for n in parse_sinfo_json(fixture_text("scontrol_show_nodes_2511.json"))}
+    assert sorted(nodes) == ["node1", "node2", "node3", "node4"]
+    assert nodes["node1"].gpu_indices_used == (0, 2) and nodes["node1"].gpus_used == 2
+    assert nodes["node3"].gpu_indices_used == (0, 1, 2, 3) and nodes["node1"].state == "MIXED"
+    assert set(nodes["node1"].partitions) == {"gpu", "debug"}
+    # 25.11's sinfo --json groups nodes: parsed, but without per-node indices (scontrol's listing has them)
+    grouped = {n.name for n in parse_sinfo_json(fixture_text("sinfo_2511.json"))}
+    assert grouped == set(nodes)

@@ -101,3 +101,26 @@ def test_bad_scontrol_job_names_the_job():
 def test_bad_durations(bad):
     with pytest.raises(ValueError, match="bad duration"):
         parse_duration(bad)
+
+
+def test_scontrol_2511_matches_squeue_2511(fixture_text, utc):
+    """The same real Slurm 25.11.7 jobs and nodes through both parsers (capture.sh 2511)."""
+    from_json = {j.job_id: j for j in parse_squeue_json(fixture_text("squeue_2511.json"))}
+    from_kv = {j.job_id: j for j in parse_scontrol_jobs(fixture_text("scontrol_show_job_2511.txt"))}
+    assert from_json.keys() == from_kv.keys()
+    diffs = {}
+    for job_id, a in from_json.items():
+        b = from_kv[job_id]
+        diff = {f.name: (getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a)
+                if getattr(a, f.name) != getattr(b, f.name)}
+        if diff.get("state_reason") == ("JobHeldUser", "job_requeued_in_held_state"):
+            del diff["state_reason"]  # the requeued-held job: both mean held (as on 22.05)
+        if diff:
+            diffs[job_id] = diff
+    # only differences of presentation that the daemon does not use
+    allowed = {"gpu_type", "tres_per_node", "end_time", "eligible_time", "state_flags"}
+    assert all(set(d) <= allowed for d in diffs.values()), diffs
+    js = {n.name: n for n in parse_sinfo_json(fixture_text("scontrol_show_nodes_2511.json"))}
+    kv = {n.name: n for n in parse_scontrol_nodes(fixture_text("scontrol_show_node_d_2511.txt"))}
+    assert {n: (x.gpu_indices_used, x.gpus_used, x.available) for n, x in js.items()} == \
+           {n: (x.gpu_indices_used, x.gpus_used, x.available) for n, x in kv.items()}
