@@ -51,6 +51,14 @@ for v in $versions; do
     THEMIS_SLURM_VERSION=$v "$venv/bin/python" -m pytest "$@"
   elif [ $# -eq 0 ] && [ "${THEMIS_SKIP_SLURM:-0}" != 1 ]; then
     echo "== Slurm $v: the real-cluster tests again =="
+    # pyslurm exists only for 25.11 and must be built against it: use the wheel built for the 25.11 tree
+    # when there is one (the pyslurm tests skip, saying so, without it).
+    dist=${THEMIS_SLURM_DIST:-$here/../shared/slurm}
+    if [ "$v" = 25.11 ] && ! "$venv/bin/python" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("pyslurm") is None)'; then
+      for whl in "$dist"/pyslurm-25.11.*.whl; do
+        [ -f "$whl" ] && "$venv/bin/python" -m pip install -q "$whl" && break
+      done
+    fi
     started_cluster=1   # the cluster is now this run's (another version replaced the one found)
     THEMIS_SLURM_VERSION=$v "$venv/bin/python" -m pytest -m slurm tests/slurm
   else

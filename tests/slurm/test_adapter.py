@@ -7,6 +7,7 @@ job submitted is cancelled by the ``cluster`` fixture.
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -16,6 +17,7 @@ import pytest
 
 from themis_slurm.slurm.actions import ActionRefused
 from themis_slurm.slurm.backend import CliBackend
+from themis_slurm.slurm.backends import make_backend
 from themis_slurm.slurm.model import AdapterConfig, ManagedJob, Snapshot
 from themis_slurm.slurm.runner import SlurmCommandError, SubprocessRunner
 
@@ -28,12 +30,19 @@ ALICE = "themis-alice"
 BOB = "themis-bob"
 
 
-@pytest.fixture
-def backend(cluster: Cluster) -> CliBackend:
+@pytest.fixture(params=["cli", "pyslurm"])
+def backend(request: pytest.FixtureRequest, cluster: Cluster) -> CliBackend:
+    """Each adapter test runs through both backends (pyslurm only where it can: Slurm 25.11)."""
     conf = cluster.env["SLURM_CONF"]
-    b = CliBackend(SubprocessRunner(slurm_conf=conf, timeout_s=20), AdapterConfig(slurm_conf=conf))
-    b.snapshot()  # the first cycle finds the node listing this Slurm has (25.11: one extra call, once)
-    return b
+    if request.param == "pyslurm":
+        if cluster.slurm != "25.11":
+            pytest.skip(f"pyslurm 25.11 needs Slurm 25.11; this cluster is {cluster.slurm}")
+        if importlib.util.find_spec("pyslurm") is None:  # find, never import: pyslurm reads slurm.conf
+            pytest.skip("pyslurm is not installed (pip install .[pyslurm])")
+    runner = SubprocessRunner(slurm_conf=conf, timeout_s=20)
+    b, _ = make_backend(request.param, AdapterConfig(slurm_conf=conf), runner)
+    b.snapshot()  # the first cycle finds the node listing this Slurm has (25.11 CLI: one extra call, once)
+    return b  # type: ignore[return-value]
 
 
 def wait_for(backend: CliBackend, pred: Callable[[Snapshot], object], what: str, timeout: float = 15) -> Snapshot:

@@ -15,6 +15,7 @@ expect their jobs to stay held at the same time (tests/run.sh runs the suite ser
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import signal
@@ -49,7 +50,7 @@ ALICE = "themis-alice"  # test users created by slurm_conf/cluster.sh
 BOB = "themis-bob"
 
 
-def write_config(tmp: Path, cluster: Cluster, mode: str = "enforce", **extra: str) -> Path:
+def write_config(tmp: Path, cluster: Cluster, mode: str = "enforce", backend: str = "cli", **extra: str) -> Path:
     lua = tmp / "themis_job_submit.conf.lua"  # a copy: handback must not switch the shared cluster off
     lua.write_text((cluster.dir / "etc" / "themis_job_submit.conf.lua").read_text())
     cfg = tmp / "themis.yaml"
@@ -57,7 +58,7 @@ def write_config(tmp: Path, cluster: Cluster, mode: str = "enforce", **extra: st
         f"mode: {mode}\npoll_interval_s: 1\nstate_dir: {tmp / 'state'}\nlog_level: info\n"
         f"scheduler:\n  lease_minutes: {LEASE_S / 60}\n  grace_s: 3\n  min_runtime_s: 0\n  restart_cost_s: 3\n"
         f"  release_timeout_s: 15\nestimates:\n  min_s: 5\n  default_s: 60\n"
-        f"slurm:\n  slurm_conf: {cluster.env['SLURM_CONF']}\n  job_submit_conf: {lua}\n"
+        f"slurm:\n  slurm_conf: {cluster.env['SLURM_CONF']}\n  job_submit_conf: {lua}\n  backend: {backend}\n"
         "metrics:\n  listen: ''\napi:\n  listen: ''\n" + "".join(f"{k}: {v}\n" for k, v in extra.items())
     )
     return cfg
@@ -214,6 +215,23 @@ def test_contention_three_apps(cluster: Cluster, themisd: Themisd) -> None:
     check_contention(cluster, themisd, w)
     log = themisd.log.read_text()
     assert " grant app=" in log and "Traceback" not in log
+
+
+def test_contention_and_crashes_with_the_pyslurm_backend(cluster: Cluster, tmp_path: Path) -> None:
+    """Grants, renewals, preemption (SIGUSR1 + requeuehold) and two SIGKILL restarts, through pyslurm."""
+    if cluster.slurm != "25.11":
+        pytest.skip(f"pyslurm 25.11 needs Slurm 25.11; this cluster is {cluster.slurm}")
+    if importlib.util.find_spec("pyslurm") is None:  # find, never import: pyslurm reads slurm.conf
+        pytest.skip("pyslurm is not installed (pip install .[pyslurm])")
+    env = dict(cluster.env, PYTHONPATH=str(REPO))
+    d = Themisd(write_config(tmp_path, cluster, backend="pyslurm"), env, tmp_path / "themisd.log")
+    try:
+        w = run_contention(cluster, d, kills=2)
+        check_contention(cluster, d, w)
+    finally:
+        d.stop()
+    log = d.log.read_text()
+    assert "slurm backend pyslurm: pyslurm 25.11" in log and "Traceback" not in log
 
 
 def test_crashes_with_sigkill(cluster: Cluster, themisd: Themisd) -> None:

@@ -28,6 +28,7 @@ DEFAULT_PATH = Path("/etc/themis/themis.yaml")
 MODES = ("enforce", "observe")
 SOLVERS = ("auto", "exact", "fast")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+BACKENDS = ("auto", "cli", "pyslurm")  # slurm.backend: see themis_slurm/slurm/backends.py
 
 
 class ConfigError(ValueError):
@@ -116,6 +117,7 @@ class SlurmConfig:
     slurm_conf: str = ""  # "" = $SLURM_CONF, else /etc/slurm/slurm.conf (gres.conf, topology.conf beside it)
     job_submit_conf: str = "/etc/slurm/themis_job_submit.conf.lua"
     command_timeout_s: float = 30.0
+    backend: str = "auto"  # auto | cli | pyslurm (see docs/admin-guide.md: Slurm backend)
 
 
 @dataclass(frozen=True)
@@ -178,7 +180,7 @@ class Config:
             out.append("metrics.listen")
         if new.api != self.api:
             out.append("api")
-        for key in ("partitions", "slurm_conf", "command_timeout_s"):
+        for key in ("partitions", "slurm_conf", "command_timeout_s", "backend"):
             if getattr(new.slurm, key) != getattr(self.slurm, key):
                 out.append(f"slurm.{key}")
         return out
@@ -343,6 +345,7 @@ _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
         "slurm_conf": optional_path,
         "job_submit_conf": optional_path,
         "command_timeout_s": at_least("slurm.command_timeout_s", positive),
+        "backend": one_of(BACKENDS),
     }),
     "metrics": (MetricsConfig, {"listen": listen}),
     "api": (ApiConfig, {"listen": listen, "operators": _names}),

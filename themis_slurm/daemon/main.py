@@ -27,13 +27,21 @@ log = logging.getLogger("themisd")
 
 
 def make_backend(cfg: Config) -> SlurmBackend:
-    """The Slurm backend for `cfg` (the command-line tools adapter)."""
-    from themis_slurm.slurm.backend import CliBackend  # imported late: --check-config needs no Slurm
+    """The Slurm backend `slurm.backend` asks for (auto: pyslurm when it matches the running Slurm, else
+    the command-line tools); the choice and its reason are logged. A forced pyslurm that cannot be used
+    exits with one line naming why."""
+    from themis_slurm.slurm import backends  # imported late: --check-config needs no Slurm
     from themis_slurm.slurm.model import AdapterConfig
 
-    return CliBackend(config=AdapterConfig(managed_partitions=cfg.slurm.partitions,
-                                           slurm_conf=cfg.slurm.slurm_conf or None,
-                                           timeout_s=cfg.slurm.command_timeout_s))
+    adapter = AdapterConfig(managed_partitions=cfg.slurm.partitions, slurm_conf=cfg.slurm.slurm_conf or None,
+                            timeout_s=cfg.slurm.command_timeout_s)
+    try:
+        backend, why = backends.make_backend(cfg.slurm.backend, adapter)
+    except backends.BackendUnavailable as e:
+        click.echo(f"themisd: slurm.backend: {e}", err=True)
+        sys.exit(1)
+    log.info("slurm backend %s", why)
+    return backend
 
 
 def _load_or_exit(path: Path) -> Config:

@@ -32,7 +32,7 @@ from themis_slurm.slurm.model import ManagedJob
 from themis_slurm.slurm.runner import Runner, SlurmCommandError
 
 # Slurm's text for ESLURM_JOB_PENDING, what requeuehold answers for a job that is already waiting.
-_ALREADY_PENDING = "pending execution"
+ALREADY_PENDING = "pending execution"
 
 
 class ActionRefused(RuntimeError):
@@ -48,6 +48,22 @@ def check_preemptible(job: ManagedJob) -> None:
     if not job.requeue_ok:
         raise ActionRefused(f"job {job.job_id} cannot be requeued (not a batch job or --no-requeue): "
                             "Themis never preempts it; let it run to its end")
+
+
+def check_warnable(job: ManagedJob) -> None:
+    """Raise ActionRefused unless the job may get the checkpoint warning: preemptible and RUNNING.
+
+    Only a job the snapshot shows RUNNING has a batch shell to signal; a signal to a pending job is
+    retried by scancel for about 95 s before it fails.
+    """
+    check_preemptible(job)
+    if job.state != "RUNNING":
+        raise ActionRefused(f"job {job.job_id} is {job.state}, not RUNNING: no batch shell to warn")
+
+
+def is_already_pending(message: str) -> bool:
+    """True for Slurm's answer to a requeue of a job that is already waiting (ESLURM_JOB_PENDING)."""
+    return ALREADY_PENDING in message.lower()
 
 
 def pin_args(job: ManagedJob, node_gpus: Mapping[str, int]) -> list[str]:
@@ -77,21 +93,24 @@ class Actions:
     def _run(self, *argv: str) -> str:
         return self.runner.run(list(argv), self.timeout_s)
 
-    def _clear_pin(self, job: ManagedJob) -> None:
+    def pin(self, job: ManagedJob, node_gpus: Mapping[str, int]) -> None:
+        """``scontrol update JobId=X ReqNodeList=... NumNodes=N`` (see `pin_args`)."""
+        self.runner.run(pin_args(job, node_gpus), self.timeout_s)
+
+    def clear_pin(self, job: ManagedJob) -> None:
+        """``scontrol update JobId=X ReqNodeList=``: the job may run anywhere again."""
         self._run("scontrol", "update", f"JobId={_target(job)}", "ReqNodeList=")
 
     def start(self, job: ManagedJob, node_gpus: Mapping[str, int]) -> None:
         """Pin to exactly these nodes, then release."""
-        self.runner.run(pin_args(job, node_gpus), self.timeout_s)
+        self.pin(job, node_gpus)
         if job.restart_cnt > 0:
             self._run("scontrol", "update", f"JobId={_target(job)}", "StartTime=now")
         self._run("scontrol", "release", _target(job))
 
     def warn(self, job: ManagedJob) -> None:
         """SIGUSR1 to the batch shell: checkpoint now, the GPUs go away after the grace period."""
-        check_preemptible(job)
-        if job.state != "RUNNING":
-            raise ActionRefused(f"job {job.job_id} is {job.state}, not RUNNING: no batch shell to warn")
+        check_warnable(job)
         self._run("scancel", "--batch", "--signal=USR1", "--state=RUNNING", _target(job))
 
     def requeue(self, job: ManagedJob) -> None:
@@ -100,17 +119,17 @@ class Actions:
         try:
             self._run("scontrol", "requeuehold", _target(job))
         except SlurmCommandError as exc:
-            if _ALREADY_PENDING not in exc.stderr.lower():
+            if not is_already_pending(exc.stderr):
                 raise
             self._run("scontrol", "hold", _target(job))  # requeued before, or never ran: just hold it
-        self._clear_pin(job)
+        self.clear_pin(job)
 
     def hold(self, job: ManagedJob) -> None:
         """(Re)hold a pending job and clear its pin."""
         self._run("scontrol", "hold", _target(job))
-        self._clear_pin(job)
+        self.clear_pin(job)
 
     def release_unpinned(self, job: ManagedJob) -> None:
         """Hand the job back to Slurm's own scheduling."""
-        self._clear_pin(job)
+        self.clear_pin(job)
         self._run("scontrol", "release", _target(job))

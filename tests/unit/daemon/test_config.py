@@ -180,3 +180,14 @@ def test_cli_reads_themis_yaml_with_the_same_loader(tmp_path: Path) -> None:
     f.write_text("state_dir: /srv/themis\napi:\n  listen: '127.0.0.1:9000'\n")
     s = load_settings(f, None)
     assert (s.url, s.db_path) == ("http://127.0.0.1:9000", Path("/srv/themis/themis.db"))
+
+
+def test_slurm_backend_choice() -> None:
+    from themis_slurm.daemon.config import BACKENDS
+    from themis_slurm.slurm.backends import BACKEND_KINDS
+
+    assert BACKENDS == BACKEND_KINDS
+    assert parse({}, "t.yaml").slurm.backend == "auto"
+    assert parse({"slurm": {"backend": "pyslurm"}}, "t.yaml").slurm.backend == "pyslurm"
+    with pytest.raises(ConfigError, match="slurm.backend"):
+        parse({"slurm": {"backend": "rest"}}, "t.yaml")
