@@ -1,17 +1,21 @@
 """One themisd cycle: wall time and Slurm calls with many pending and running jobs.
 
-Two modes:
+Modes:
 
     python benchmarks/daemon_cycle.py                         # in memory (tests' FakeSlurm), 2000 pending + 500 running
     python benchmarks/daemon_cycle.py --slurm --pending 2000  # the real cluster of $SLURM_CONF (submits with sbatch)
+    python benchmarks/daemon_cycle.py --compare               # side by side: Slurm 22.05 and 25.11 clusters
+                                                              # (cluster.sh up --slurm V), cli and pyslurm
+                                                              # backends, 0 / 500 / 2000 held jobs
 
 In memory it measures the daemon's own cost (reconcile, accounting, database, round) on a 128-node x
 4-GPU cluster with 500 running 1-GPU jobs and 2000 held ones, for an idle cycle (nothing due) and for a
 cycle whose leases all expire at once (a full round). With --slurm it submits a held job array as user
---user (job_submit.lua holds it), runs cycles with the CLI backend in observe mode (so nothing is
-started) and reports the wall time of the snapshot and of the whole cycle and the number of Slurm
-commands per cycle, then cancels its jobs. The target (issue 5) is under 2 s per cycle and a constant
-number of Slurm reads per cycle.
+--user (job_submit.lua holds it), runs cycles in observe mode (so nothing is started) with the backend
+--backend and reports the wall time of the snapshot and of the whole cycle and the number of Slurm calls
+per cycle, then cancels its jobs. --compare does that for every Slurm version, backend (pyslurm only on
+25.11, where it exists) and job count, and prints one table (--json: the rows). The target (issue 5) is
+under 2 s per cycle and a constant number of Slurm reads per cycle.
 """
 
 from __future__ import annotations
@@ -71,8 +75,9 @@ def in_memory(pending: int, running: int, cycles: int) -> dict[str, object]:
     }  # fmt: skip
 
 
-def on_slurm(pending: int, cycles: int, user: str | None) -> dict[str, object]:
-    from themis_slurm.slurm.backend import CliBackend
+def on_slurm(pending: int, cycles: int, user: str | None, backend: str = "cli") -> dict[str, object]:
+    from themis_slurm.slurm.backends import make_backend
+    from themis_slurm.slurm.model import AdapterConfig
 
     arrays: list[str] = []
     left = pending
@@ -89,21 +94,64 @@ def on_slurm(pending: int, cycles: int, user: str | None) -> dict[str, object]:
         with tempfile.TemporaryDirectory() as tmp:
             cfg = parse({"state_dir": tmp, "mode": "observe", "metrics": {"listen": ""},
                          "slurm": {"job_submit_conf": ""}})
-            d = Daemon(cfg, CliBackend(), Store(cfg.db_path))
+            b, _ = make_backend(backend, AdapterConfig(slurm_conf=os.environ.get("SLURM_CONF")))
+            d = Daemon(cfg, b, Store(cfg.db_path))
+            d.cycle()  # the first cycle records every job (and the CLI finds its node listing): not timed
             reps = [d.cycle() for _ in range(cycles)]
             seen = len(d.last_snapshot.managed) if d.last_snapshot else 0
             d.store.close()
     finally:
-        subprocess.run(["scancel", *arrays], check=False)
+        if arrays:
+            subprocess.run(["scancel", *arrays], check=False)
     return {
-        "mode": "slurm", "pending": pending,
+        "mode": "slurm", "backend": backend, "slurm": _slurm_version(), "pending": pending,
         "managed_seen": seen,
         "cycle_s_median": round(statistics.median(r.duration_s for r in reps), 3),
         "cycle_s_max": round(max(r.duration_s for r in reps), 3),
         "snapshot_s_median": round(statistics.median(r.snapshot_s for r in reps), 3),
         "slurm_calls_per_cycle": sorted({r.slurm_calls for r in reps}),
-        "first_cycle_s": round(reps[0].duration_s, 3),
     }  # fmt: skip
+
+
+def _slurm_version() -> str:
+    out = subprocess.run(["sinfo", "--version"], capture_output=True, text=True, check=False).stdout.split()
+    return out[1] if len(out) > 1 else "?"
+
+
+def _cluster_up(version: str) -> None:
+    """Brings the local cluster up on `version` (replacing the other one) and takes its environment."""
+    sh = REPO / "slurm_conf" / "cluster.sh"
+    shape = Path(os.environ.get("THEMIS_CLUSTER_DIR", "/var/tmp/themis-cluster")) / "shape"
+    force = ["--force"] if shape.exists() and f"slurm={version}" not in shape.read_text() else []
+    out = subprocess.run([str(sh), "up", "--slurm", version, *force], capture_output=True, text=True, check=True)
+    plain = ":".join(d for d in os.environ["PATH"].split(":") if not d.startswith("/opt/slurm-25.11/"))
+    os.environ["PATH"] = plain
+    for line in out.stdout.splitlines():
+        key, _, value = line.removeprefix("export ").partition("=")
+        os.environ[key] = value.replace("$PATH", plain)
+
+
+def compare(versions: list[str], pendings: list[int], cycles: int, user: str | None) -> list[dict[str, object]]:
+    import importlib.util
+
+    rows = []
+    for v in versions:
+        _cluster_up(v)
+        backends = ["cli"] + (["pyslurm"] if v == "25.11" and importlib.util.find_spec("pyslurm") else [])
+        for b in backends:
+            for n in pendings:
+                rows.append(on_slurm(n, cycles, user, b))
+                print(f"  done: Slurm {v} {b} {n} held", file=sys.stderr)
+    return rows
+
+
+def table(rows: list[dict[str, object]]) -> str:
+    head = ("SLURM", "BACKEND", "HELD", "SEEN", "SNAPSHOT_S", "CYCLE_S", "CYCLE_MAX_S", "CALLS/CYCLE")
+    body = [(r["slurm"], r["backend"], r["pending"], r["managed_seen"], f"{r['snapshot_s_median']:.3f}",
+             f"{r['cycle_s_median']:.3f}", f"{r['cycle_s_max']:.3f}",
+             ",".join(map(str, r["slurm_calls_per_cycle"]))) for r in rows]  # type: ignore[call-overload]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *body, strict=True)]
+    return "\n".join("  ".join(str(x).rjust(w) for x, w in zip(line, widths, strict=True)) for line in (head, *body))
 
 
 def main() -> None:
@@ -114,9 +162,18 @@ def main() -> None:
     ap.add_argument("--cycles", type=int, default=5)
     ap.add_argument("--user", default="themis-alice" if os.geteuid() == 0 else None,
                     help="submit as this user (root's jobs are fine too)")
+    ap.add_argument("--backend", choices=("cli", "pyslurm", "auto"), default="cli", help="with --slurm")
+    ap.add_argument("--compare", action="store_true", help="Slurm versions x backends x held jobs, one table")
+    ap.add_argument("--versions", default="22.05,25.11", help="with --compare")
+    ap.add_argument("--held", default="0,500,2000", help="with --compare: held job counts")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    out = on_slurm(a.pending, a.cycles, a.user) if a.slurm else in_memory(a.pending, a.running, a.cycles)
+    if a.compare:
+        rows = compare(a.versions.split(","), [int(x) for x in a.held.split(",")], a.cycles, a.user)
+        print(json.dumps(rows) if a.json else table(rows))
+        return
+    out = (on_slurm(a.pending, a.cycles, a.user, a.backend) if a.slurm
+           else in_memory(a.pending, a.running, a.cycles))
     print(json.dumps(out, indent=None if a.json else 2))
 
 

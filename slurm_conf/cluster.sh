@@ -39,7 +39,7 @@
 # checked against /proc/PID/cmdline), then the job step daemons those slurmd started and their job processes
 # (found by SLURM_CONF in their environment), and keeps every file: pending and held jobs are still queued
 # after the next `up` (running ones are lost). `down --purge` also deletes DIR. `restart-ctld` restarts only
-# slurmctld (same StateSaveLocation: jobs and job ids survive). `status` exits 0 when everything is up, 3 when not.
+# slurmctld (same StateSaveLocation: jobs and job ids survive; THEMIS_CTLD_DOWN_S=N keeps it down N s). `status` exits 0 when everything is up, 3 when not.
 #
 # Two unprivileged users, themis-alice and themis-bob (with home directories), are created if missing so
 # tests can act as ordinary users:  runuser -u themis-alice -- sbatch -o DIR/jobs/%j.out ...
@@ -544,6 +544,9 @@ cmd_restart_ctld() {
   [ -f "$SHAPE_FILE" ] || die "no cluster in $DIR (run: $0 up)"
   local p
   if p=$(ctld_pid); then stop_pids "$p"; fi
+  # THEMIS_CTLD_DOWN_S keeps it away that long: Slurm clients retry a refused connection for MessageTimeout
+  # (10 s here) before they fail, so only a longer absence makes a client's read fail.
+  if [ -n "${THEMIS_CTLD_DOWN_S:-}" ]; then sleep "$THEMIS_CTLD_DOWN_S"; fi
   start_munged
   start_ctld
   start_slurmds
