@@ -61,7 +61,7 @@ if "$here/slurm_conf/cluster.sh" status >/dev/null 2>&1; then
   echo "already up: the demo will leave it running"
   echo 0 >"$DEMO_DIR/started_cluster"
 else
-  "$here/slurm_conf/cluster.sh" up >/dev/null
+  "$here/slurm_conf/cluster.sh" up --force >/dev/null   # a stopped cluster of another shape or version is replaced
   echo 1 >"$DEMO_DIR/started_cluster"
 fi
 eval "$("$here/slurm_conf/cluster.sh" env)"

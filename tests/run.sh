@@ -32,7 +32,8 @@ fi
 started_cluster=0
 if [ "${THEMIS_SKIP_SLURM:-0}" != 1 ] && [ -x slurm_conf/cluster.sh ]; then
   if ! slurm_conf/cluster.sh status >/dev/null 2>&1; then
-    slurm_conf/cluster.sh up --slurm 22.05
+    # a stopped cluster of the other version (the 25.11 pass of an earlier run leaves one) is scratch: replace it
+    slurm_conf/cluster.sh up --slurm 22.05 --force
     started_cluster=1   # stop only a cluster this run started
   fi
 fi
