@@ -25,6 +25,9 @@
 # (all nodes, NOT managed: Slurm schedules it alone). The job_submit.lua and its config are copied from
 # slurm_conf/ into DIR/etc (next to slurm.conf, where Slurm looks for them) on every `up`, so an edited
 # repository copy is picked up by the next `up` (slurmctld reloads the script when its mtime changes).
+# The Themis SPANK plugin (slurm_conf/spank: sbatch --themis-app=... and friends) is built against the
+# version's headers (Debian's libslurm-dev for 22.05, installed if missing; the 25.11 tree's include/) into
+# DIR/lib and listed in DIR/etc/plugstack.conf, also on every `up`.
 #
 # This is a TEST cluster: SlurmUser=root and SlurmdUser=root (fine on a throw-away machine; production runs
 # slurmctld as the `slurm` user, see examples/slurm.conf.snippet), no accounting database, no cgroups
@@ -375,6 +378,31 @@ refresh_lua() {
   if [ "$changed" = 1 ]; then touch "$ETC/job_submit.lua"; log "installed job_submit.lua and config into $ETC"; fi
 }
 
+# Builds the Themis SPANK plugin (slurm_conf/spank) against this Slurm's headers into DIR/lib and lists it
+# in plugstack.conf, so sbatch/salloc/srun know --themis-*. Rebuilt when a source is newer than the build.
+refresh_spank() {
+  local inc src=$SCRIPT_DIR/spank so=$DIR/lib/spank_themis.so
+  if [ "$SLURM_VERSION" = 25.11 ]; then inc=$SLURM25_PREFIX/include; else inc=/usr/include; fi
+  local need=()
+  [ -f "$inc/slurm/spank.h" ] || need+=(libslurm-dev)
+  command -v cc >/dev/null || need+=(gcc libc6-dev)
+  command -v make >/dev/null || need+=(make)
+  if [ ${#need[@]} -gt 0 ]; then
+    log "installing ${need[*]} (to build the SPANK plugin)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null \
+      || { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null; }
+  fi
+  if [ ! -f "$so" ] || [ -n "$(find "$src" -newer "$so" -name '*.[ch]' -print -quit)" ]; then
+    make -s -C "$src" SLURM_INCLUDE="$inc" BUILD="$DIR/lib" "$DIR/lib/spank_themis.so" >"$DIR/log/spank-build.log" 2>&1 \
+      || die "building the SPANK plugin failed: $(cat "$DIR/log/spank-build.log")"
+    chmod 0755 "$DIR/lib"
+    log "built the SPANK plugin $so"
+  fi
+  local line="required $so"
+  if [ "$(cat "$ETC/plugstack.conf" 2>/dev/null)" != "$line" ]; then echo "$line" >"$ETC/plugstack.conf"; fi
+}
+
 make_tree() {
   local nodes=$1 gpus=$2 racks=$3 i
   mkdir -p "$DIR"
@@ -390,11 +418,11 @@ make_tree() {
   if [ ! -s "$MUNGE/munge.key" ]; then
     (umask 077 && dd if=/dev/urandom of="$MUNGE/munge.key" bs=1024 count=1 status=none)
   fi
-  : >"$ETC/plugstack.conf"
   write_slurm_conf "$nodes" "$gpus"
   write_gres "$nodes" "$gpus"
   write_topology "$nodes" "$racks"
   refresh_lua
+  refresh_spank
   echo "nodes=$nodes gpus=$gpus racks=$racks slurm=$SLURM_VERSION" >"$SHAPE_FILE"
   {
     if [ "$SLURM_VERSION" = 25.11 ]; then echo "export PATH=$SLURM25_PREFIX/bin:$SLURM25_PREFIX/sbin:\$PATH"; fi
@@ -459,6 +487,7 @@ cmd_up() {
       use_slurm "$WANT_SLURM"
     elif all_up; then
       refresh_lua
+      refresh_spank
       log "already up (Slurm $SLURM_VERSION, $nodes nodes x $gpus GPUs, $racks racks) in $DIR"
       print_env
       return 0

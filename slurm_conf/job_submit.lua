@@ -8,8 +8,12 @@ WHAT IT DOES
   submit" half, and it closes the doors through which a user could start a held job behind Themis's back.
 
   At submit (slurm_job_submit), for a job that asks for GPUs in a managed partition (config below):
-    * its Themis options, given in --comment as  themis:key=value,...  are checked; a bad option REJECTS
-      the submission with a message that names the field, the value and what is accepted;
+    * its Themis options are checked: given as  sbatch --themis-app=... --themis-est=...  (the SPANK plugin
+      in slurm_conf/spank, which checks them at the client too and passes them here in spank_job_env as
+      THEMIS_OPTIONS=key=value,...) or, without the plugin, in --comment as  themis:key=value,...  ; a bad
+      option REJECTS the submission with a message that names the option, the value and what is accepted.
+      This check is the authority: any user can run a client without the plugin's checks. Options given
+      both ways at once are refused;
     * a normalised, trusted record is written to the job's AdminComment, which users cannot change:
           themis:v1;app=<name>;model=<model>;sens=<class>;est=<seconds>
       (fields always present and in this order, values may be empty; est is whole seconds). The daemon
@@ -35,15 +39,16 @@ WHAT IT DOES
   Note: Slurm 22.05 discards slurm.log_user() messages in slurm_job_modify (only slurm_job_submit can talk to
   the user), so a refused update is reported through the error code; the reason goes to slurmctld's log.
 
-THE --comment GRAMMAR (also in docs/user-guide.md)
-  comment  := "themis:" [ option { "," option } ] [ ";" free-text ]
-  option   := key "=" value            (spaces around keys and values are ignored)
-  app      := [A-Za-z0-9][A-Za-z0-9_.-]{0,63}       groups a user's jobs into one app (scoped per user)
-  model    := vgg11 | vgg16 | vgg19 | alexnet | resnet50 | resnet101 | resnet152 | inception3 |
-              inception4 | googlenet                   (placement sensitivity profile of a known model)
-  sens     := high | medium | low | none              (placement sensitivity class; not with model)
-  est      := 90s | 45m | 6h | 2d | 1h30m | [D-]HH:MM:SS   (expected run time on the GPUs requested,
-              > 0 and <= 365 days)
+THE OPTION GRAMMAR (defined once in themis_slurm/slurm/option_grammar.py, which generates the tables
+between the GENERATED GRAMMAR markers below, the plugin's header and docs/user-guide.md's table)
+  comment  := "themis:" [ options ] [ ";" free-text ]
+  THEMIS_OPTIONS=options                  (the plugin's spank_job_env entry: one option per --themis-KEY)
+  options  := option { "," option }       option := key "=" value   (spaces around both are ignored)
+  app      := APP_PATTERN, at most APP_MAX_LEN characters (groups a user's jobs into one app, per user)
+  model    := one of KNOWN_MODELS          (placement profile of a known model)
+  sens     := one of KNOWN_SENS            (placement sensitivity class; not with model)
+  est      := 90s | 45m | 6h | 2d | 1h30m | [D-]HH:MM:SS, above 0 and at most MAX_EST_SECONDS (the expected
+              run time on the GPUs requested)
   A comment that does not start with "themis:" is free text and ignored. Keys are case-insensitive, each
   key at most once; model/sens/est values are case-insensitive, app names are kept as written.
 
@@ -69,12 +74,23 @@ local INFINITE = slurm.INFINITE or 4294967295
 -- Lua; their numbers are part of Slurm's wire protocol (slurm/slurm_errno.h) and stable across releases.
 local ESLURM_ACCESS_DENIED = slurm.ESLURM_ACCESS_DENIED or 2002   -- "Access/permission denied"
 local ESLURM_JOB_HELD = 2042          -- "Job is in held state, pending scheduler release"
-local MAX_EST_SECONDS = 365 * 86400
 
+-- BEGIN GENERATED GRAMMAR (generated from themis_slurm/slurm/option_grammar.py (python -m themis_slurm.slurm.option_grammar --write): do not edit)
+local APP_MAX_LEN = 64
+local APP_PATTERN = "^[A-Za-z0-9][A-Za-z0-9%_%.%-]*$"
+local MAX_EST_SECONDS = 31536000
+local SPANK_ENV_NAME = "THEMIS_OPTIONS"
 local KNOWN_KEYS = { "app", "model", "sens", "est" }
-local KNOWN_MODELS = { "vgg11", "vgg16", "vgg19", "alexnet", "resnet50", "resnet101", "resnet152",
-                       "inception3", "inception4", "googlenet" }
+local KNOWN_MODELS = { "vgg11", "vgg16", "vgg19", "alexnet", "resnet50", "resnet101", "resnet152", "inception3", "inception4", "googlenet" }
 local KNOWN_SENS = { "high", "medium", "low", "none" }
+local EXCLUSIVE = { "model", "sens" }
+local EXPECTED = {
+  app = "a name of 1 to 64 letters, digits, '_', '.' or '-' starting with a letter or digit",
+  model = "one of vgg11, vgg16, vgg19, alexnet, resnet50, resnet101, resnet152, inception3, inception4, googlenet",
+  sens = "one of high, medium, low, none",
+  est = "a duration above 0 and at most 365 days such as 90m, 6h, 1h30m, 2d, 1-12:00:00",
+}
+-- END GENERATED GRAMMAR
 
 local DEFAULTS = {
   managed_partitions = { "gpu" },
@@ -269,8 +285,63 @@ local function parse_duration(v)
   return total
 end
 
-local function invalid(key, value, expected)
-  return string.format("themis: invalid option %s=%s in --comment: expected %s", key, shown(value), expected)
+-- Where options came from, for messages: the user reads the option the way they wrote it.
+local SOURCES = {
+  comment = { where = " in --comment", name = function(key) return key end },
+  spank = { where = "", name = function(key) return "--themis-" .. key end },
+}
+
+local function invalid(src, key, value)
+  return string.format("themis: invalid option %s=%s%s: expected %s", src.name(key), shown(value), src.where,
+                       EXPECTED[key])
+end
+
+-- Parses a list of options  key=value,key=value  (the grammar above) given through `source`
+-- ("comment" or "spank"). Returns opts {app=, model=, sens=, est=(seconds)} or nil, message for the user.
+local function parse_options(options, source)
+  local src = SOURCES[source]
+  local opts = {}
+  if trim(options) == "" then return opts end
+  for item in (options .. ","):gmatch("([^,]*),") do
+    item = trim(item)
+    if item == "" then
+      return nil, string.format("themis: empty option%s (two commas in a row?): write key=value,key=value",
+                                src.where)
+    end
+    local key, value = item:match("^([^=]*)=(.*)$")
+    if not key then
+      return nil, string.format("themis: option '%s'%s has no value: write key=value (known keys: %s)",
+                                shown(item), src.where, table.concat(KNOWN_KEYS, ", "))
+    end
+    key, value = trim(key):lower(), trim(value)
+    if not KEY_SET[key] then
+      return nil, string.format("themis: unknown option '%s'%s: known options are %s",
+                                shown(key), src.where, table.concat(KNOWN_KEYS, ", "))
+    end
+    if opts[key] ~= nil then
+      return nil, string.format("themis: option %s given twice%s", src.name(key), src.where)
+    end
+    if key == "app" then
+      if not (value:match(APP_PATTERN) and #value <= APP_MAX_LEN) then return nil, invalid(src, key, value) end
+      opts.app = value
+    elseif key == "model" then
+      if not MODEL_SET[value:lower()] then return nil, invalid(src, key, value) end
+      opts.model = value:lower()
+    elseif key == "sens" then
+      if not SENS_SET[value:lower()] then return nil, invalid(src, key, value) end
+      opts.sens = value:lower()
+    elseif key == "est" then
+      local seconds = parse_duration(value)
+      if not seconds or seconds <= 0 or seconds > MAX_EST_SECONDS then return nil, invalid(src, key, value) end
+      opts.est = seconds
+    end
+  end
+  if opts[EXCLUSIVE[1]] and opts[EXCLUSIVE[2]] then
+    return nil, string.format("themis: options %s and %s%s are mutually exclusive: give a model or a " ..
+                              "sensitivity class, not both", src.name(EXCLUSIVE[1]), src.name(EXCLUSIVE[2]),
+                              src.where)
+  end
+  return opts
 end
 
 -- Parses a job comment. Returns:
@@ -281,60 +352,41 @@ local function parse_comment(comment)
   if comment == nil then return nil end
   local s = trim(comment)
   if s:sub(1, #COMMENT_PREFIX):lower() ~= COMMENT_PREFIX then return nil end
-  local body = s:sub(#COMMENT_PREFIX + 1)
-  local options = body:match("^([^;]*)")      -- free text may follow the first ';'
-  local opts = {}
-  if trim(options) == "" then return opts end
-  for item in (options .. ","):gmatch("([^,]*),") do
-    item = trim(item)
-    if item == "" then
-      return nil, "themis: empty option in --comment (two commas in a row?): write themis:key=value,key=value"
-    end
-    local key, value = item:match("^([^=]*)=(.*)$")
-    if not key then
-      return nil, string.format("themis: option '%s' in --comment has no value: write key=value (known keys: %s)",
-                                shown(item), table.concat(KNOWN_KEYS, ", "))
-    end
-    key, value = trim(key):lower(), trim(value)
-    if not KEY_SET[key] then
-      return nil, string.format("themis: unknown option '%s' in --comment: known options are %s",
-                                shown(key), table.concat(KNOWN_KEYS, ", "))
-    end
-    if opts[key] ~= nil then
-      return nil, string.format("themis: option %s given twice in --comment", key)
-    end
-    if key == "app" then
-      if not (value:match("^[A-Za-z0-9][A-Za-z0-9_.%-]*$") and #value <= 64) then
-        return nil, invalid(key, value,
-          "a name of 1 to 64 letters, digits, '_', '.' or '-' starting with a letter or digit")
+  return parse_options(s:sub(#COMMENT_PREFIX + 1):match("^([^;]*)"), "comment")  -- free text after ';'
+end
+
+-- The options the SPANK plugin (slurm_conf/spank) passed in spank_job_env as THEMIS_OPTIONS=<options>
+-- (slurmctld may show it prefixed SPANK_). Same returns as parse_comment. The plugin checked them at the
+-- client, but any client can send any spank_job_env: they are checked again here, as strictly.
+local function parse_spank_env(env)
+  if type(env) ~= "table" then return nil end
+  local found
+  for _, entry in pairs(env) do
+    if type(entry) == "string" then
+      local name, value = entry:match("^([^=]*)=(.*)$")
+      if name == SPANK_ENV_NAME or name == "SPANK_" .. SPANK_ENV_NAME then
+        if found ~= nil then
+          return nil, "themis: the Themis options were sent twice (" .. SPANK_ENV_NAME .. "): submit again"
+        end
+        found = value
       end
-      opts.app = value
-    elseif key == "model" then
-      if not MODEL_SET[value:lower()] then
-        return nil, invalid(key, value, "one of " .. table.concat(KNOWN_MODELS, ", "))
-      end
-      opts.model = value:lower()
-    elseif key == "sens" then
-      if not SENS_SET[value:lower()] then
-        return nil, invalid(key, value, "one of " .. table.concat(KNOWN_SENS, ", "))
-      end
-      opts.sens = value:lower()
-    elseif key == "est" then
-      local seconds = parse_duration(value)
-      if not seconds then
-        return nil, invalid(key, value, "a duration such as 90m, 6h, 1h30m, 2d, 1-12:00:00")
-      end
-      if seconds <= 0 or seconds > MAX_EST_SECONDS then
-        return nil, invalid(key, value, "a duration above 0 and at most 365 days")
-      end
-      opts.est = seconds
     end
   end
-  if opts.model and opts.sens then
-    return nil, "themis: options model= and sens= in --comment are mutually exclusive: give a model or a " ..
-                "sensitivity class, not both"
+  if found == nil then return nil end
+  return parse_options(found, "spank")
+end
+
+-- The job's Themis options from either source. Both at once is refused: which one would win is a guess.
+local function job_options(job_desc)
+  local from_spank, err = parse_spank_env(job_desc.spank_job_env)
+  if err then return nil, err end
+  local from_comment, cerr = parse_comment(job_desc.comment)
+  if cerr then return nil, cerr end
+  if from_spank and from_comment and next(from_comment) ~= nil then
+    return nil, "themis: Themis options given both as --themis-* and in --comment=themis:...: give them " ..
+                "one way (the --themis-* options; --comment is the fallback for clients without the plugin)"
   end
-  return opts
+  return from_spank or from_comment
 end
 
 -- The trusted record stored in AdminComment. Keep it short and stable: the daemon parses it.
@@ -393,7 +445,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 
   -- Themis options are checked on every job that carries them, so a mistake is caught even when the job
   -- turns out not to be managed (they only take effect on managed jobs).
-  local opts, err = parse_comment(job_desc.comment)
+  local opts, err = job_options(job_desc)
   if err then
     slurm.log_user("%s", err)
     return slurm.ERROR

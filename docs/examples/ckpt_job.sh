@@ -4,7 +4,7 @@
 # from the checkpoint after a requeue, and reports its progress in its Comment. Used by the end-to-end tests
 # (tests/slurm/test_daemon_e2e.py), which read CKPT_DIR/done-<jobid>; a template for real jobs (replace the sleep by training steps).
 #
-#   sbatch -p gpu --gres=gpu:2 --open-mode=append --comment=themis:app=demo,est=2m \
+#   sbatch -p gpu --gres=gpu:2 --open-mode=append --themis-app=demo --themis-est=2m \
 #          --export=ALL,WORK=120,CKPT_DIR=$PWD docs/examples/ckpt_job.sh
 #
 # After SIGUSR1 the job stops working and waits to be requeued: work done after the checkpoint would be

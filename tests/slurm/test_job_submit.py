@@ -77,14 +77,14 @@ def test_comment_is_normalised_into_admin_comment(cluster: Cluster, comment: str
 @pytest.mark.parametrize(
     ("comment", "expected"),
     [
-        ("themis:est=abc", ["est=abc", "expected a duration such as 90m, 6h"]),
+        ("themis:est=abc", ["est=abc in --comment", "expected a duration above 0 and at most 365 days such as 90m, 6h"]),
         ("themis:est=0s", ["est=0s", "above 0 and at most 365 days"]),
         ("themis:est=400d", ["est=400d", "at most 365 days"]),
         ("themis:est=90", ["est=90", "expected a duration"]),
         ("themis:colour=red", ["unknown option 'colour'", "known options are app, model, sens, est"]),
         ("themis:app=-bad", ["app=-bad", "starting with a letter or digit"]),
         ("themis:app=" + "a" * 65, ["app=", "1 to 64"]),
-        ("themis:model=vgg16,sens=high", ["model= and sens=", "mutually exclusive"]),
+        ("themis:model=vgg16,sens=high", ["options model and sens in --comment", "mutually exclusive"]),
         ("themis:model=gpt5", ["model=gpt5", "one of vgg11"]),
         ("themis:sens=extreme", ["sens=extreme", "one of high, medium, low, none"]),
         ("themis:app=a,app=b", ["app given twice"]),

@@ -1,0 +1,160 @@
+/*
+ * themis_options.c - value checks for the Themis job options; see themis_options.h.
+ *
+ * The duration grammar mirrors parse_duration in job_submit.lua (the server's check, which is the
+ * authority); tests/unit/slurm/test_option_grammar.py runs one case table against both.
+ */
+#include "themis_options.h"
+#include "themis_grammar.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+int themis_option_index(const char *key)
+{
+    for (int i = 0; i < THEMIS_N_OPTIONS; i++)
+        if (key && strcmp(key, themis_options[i].key) == 0)
+            return i;
+    return -1;
+}
+
+int themis_trim(const char *value, char *out, size_t outlen)
+{
+    size_t n;
+    while (*value == ' ' || *value == '\t')
+        value++;
+    n = strlen(value);
+    while (n > 0 && (value[n - 1] == ' ' || value[n - 1] == '\t'))
+        n--;
+    if (n >= outlen)
+        return -1;
+    memcpy(out, value, n);
+    out[n] = '\0';
+    return 0;
+}
+
+/* Digits at *p: at most MAXDIGITS of them, at least one. Advances *p. */
+static int take_number(const char **p, int maxdigits, long *out)
+{
+    long n = 0;
+    int digits = 0;
+    while (isdigit((unsigned char)**p)) {
+        if (++digits > maxdigits)
+            return -1;
+        n = n * 10 + (**p - '0');
+        (*p)++;
+    }
+    if (digits == 0)
+        return -1;
+    *out = n;
+    return 0;
+}
+
+/* [D-]HH:MM:SS, minutes and seconds as two digits below 60 (days at most 3 digits, hours at most 4). */
+static int parse_clock(const char *v, long *seconds)
+{
+    const char *p = v;
+    long d = 0, h, m, s;
+    if (strchr(v, '-')) {
+        if (take_number(&p, 3, &d) || *p++ != '-')
+            return -1;
+    }
+    if (take_number(&p, 4, &h) || *p++ != ':')
+        return -1;
+    if (!isdigit((unsigned char)p[0]) || !isdigit((unsigned char)p[1]) || p[2] != ':')
+        return -1;
+    m = (p[0] - '0') * 10 + (p[1] - '0');
+    p += 3;
+    if (!isdigit((unsigned char)p[0]) || !isdigit((unsigned char)p[1]) || p[2] != '\0')
+        return -1;
+    s = (p[0] - '0') * 10 + (p[1] - '0');
+    if (m >= 60 || s >= 60)
+        return -1;
+    *seconds = d * 86400 + h * 3600 + m * 60 + s;
+    return 0;
+}
+
+int themis_parse_duration(const char *value, long *seconds)
+{
+    static const char units[] = "dhms";
+    static const long unit_s[] = {86400, 3600, 60, 1};
+    const char *p = value;
+    long total = 0;
+    int last = -1;
+
+    if (value == NULL || *value == '\0')
+        return -1;
+    if (strchr(value, ':'))
+        return parse_clock(value, seconds);
+    while (*p) {
+        long n;
+        const char *u;
+        if (take_number(&p, 9, &n))
+            return -1;
+        u = *p ? strchr(units, tolower((unsigned char)*p)) : NULL;
+        if (u == NULL || (int)(u - units) <= last)
+            return -1;   /* no unit, an unknown one, or units out of order or repeated */
+        last = (int)(u - units);
+        total += n * unit_s[last];
+        p++;
+    }
+    *seconds = total;
+    return 0;
+}
+
+static int in_list(const char *const *list, const char *value)
+{
+    for (; *list; list++)
+        if (strcasecmp(*list, value) == 0)
+            return 1;
+    return 0;
+}
+
+static int valid_app(const char *v)
+{
+    size_t n = strlen(v);
+    if (n == 0 || n > THEMIS_APP_MAX_LEN || !isalnum((unsigned char)v[0]))
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)v[i]) && !strchr(THEMIS_APP_PUNCT, v[i]))
+            return 0;
+    return 1;
+}
+
+int themis_check_value(int index, const char *value, const char *source, char *err, size_t errlen)
+{
+    const struct themis_option *o;
+    const char *key;
+    int ok;
+
+    if (index < 0 || index >= THEMIS_N_OPTIONS) {
+        snprintf(err, errlen, "themis: unknown option");
+        return -1;
+    }
+    o = &themis_options[index];
+    key = o->key;
+    if (value == NULL)
+        value = "";
+    if (strcmp(key, "app") == 0) {
+        ok = valid_app(value);
+    } else if (strcmp(key, "model") == 0) {
+        ok = in_list(themis_models, value);
+    } else if (strcmp(key, "sens") == 0) {
+        ok = in_list(themis_sens, value);
+    } else {
+        long s;
+        ok = themis_parse_duration(value, &s) == 0 && s > 0 && s <= THEMIS_EST_MAX_S;
+    }
+    if (ok)
+        return 0;
+    /* Values echoed back are shortened: a message must stay readable (as in job_submit.lua). */
+    if (strlen(value) > 40)
+        snprintf(err, errlen, "themis: invalid option --themis-%s=%.37s...%s%s: expected %s", key, value,
+                 source ? " " : "", source ? source : "", o->expected);
+    else
+        snprintf(err, errlen, "themis: invalid option --themis-%s=%s%s%s: expected %s", key, value,
+                 source ? " " : "", source ? source : "", o->expected);
+    return -1;
+}

@@ -1,0 +1,142 @@
+"""The Themis job options: one grammar (themis_slurm.slurm.option_grammar), three checkers that agree.
+
+* the generated files (the plugin's header, job_submit.lua's tables, the user guide's table) are fresh;
+* the shared case table (option_cases.py) gives the same verdicts from the SPANK plugin's checks (built
+  here into check_options), from job_submit.lua's real hook through --comment=themis: and through the
+  plugin's spank_job_env entry, on Lua 5.1 (Debian's 22.05) and 5.3 (the 25.11 build);
+* the plugin builds with -Wall -Wextra and no warning against each Slurm's headers found here.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from themis_slurm.slurm import option_grammar
+
+from .option_cases import CASES, COMMENT_UNSAFE
+
+REPO = Path(__file__).resolve().parents[3]
+SPANK = REPO / "slurm_conf" / "spank"
+LUA_SCRIPT = REPO / "slurm_conf" / "job_submit.lua"
+HARNESS = Path(__file__).with_name("lua_harness.lua")
+HEADERS = {"22.05": Path("/usr/include"), "25.11": Path("/opt/slurm-25.11/include")}
+
+
+def test_generated_files_are_fresh() -> None:
+    stale = option_grammar.stale()
+    assert stale == [], f"stale: {stale}; run python -m themis_slurm.slurm.option_grammar --write"
+
+
+def test_models_are_core_profiles() -> None:
+    from themis_slurm.core.placement import PROFILES
+    assert set(option_grammar.MODELS) | set(option_grammar.SENS_CLASSES) == set(PROFILES)
+
+
+@pytest.fixture(scope="module")
+def check_tool(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if shutil.which("cc") is None or shutil.which("make") is None:
+        pytest.skip("no C compiler or make (apt-get install gcc make)")
+    build = tmp_path_factory.mktemp("spank")
+    res = subprocess.run(["make", "-s", "-C", str(SPANK), f"BUILD={build}", f"{build}/check_options"],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "warning" not in res.stderr, res.stderr
+    return build / "check_options"
+
+
+def _record_value(record: str, key: str) -> str:
+    fields = dict(part.split("=", 1) for part in record.split(";")[1:])
+    return fields[key]
+
+
+@pytest.mark.parametrize(("key", "value", "verdict"), CASES, ids=[f"{k}={v!r}" for k, v, _ in CASES])
+def test_plugin_check(check_tool: Path, key: str, value: str, verdict: str | int | None) -> None:
+    res = subprocess.run([str(check_tool), key, value], capture_output=True, text=True, timeout=10, check=False)
+    out = res.stdout.strip()
+    if verdict is None:
+        assert res.returncode == 1, out
+        # the message names the option, the value (shortened past 40 characters) and what is accepted
+        assert out.startswith(f"themis: invalid option --themis-{key}=")
+        shown = value.strip() if len(value.strip()) <= 40 else value.strip()[:37]
+        assert shown in out
+        assert "expected " + option_grammar.OPTIONS[[o.key for o in option_grammar.OPTIONS].index(key)].expected in out
+    else:
+        assert res.returncode == 0, out
+        assert out == (f"ok {verdict}" if key == "est" else "ok")
+
+
+def _run_lua(lua: str, lines: list[str]) -> list[str]:
+    exe = shutil.which(lua)
+    if exe is None:
+        pytest.skip(f"{lua} not installed (apt-get install {lua}; tests/run.sh does it)")
+    res = subprocess.run([exe, str(HARNESS), str(LUA_SCRIPT)], input="\n".join(lines) + "\n",
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout.splitlines()
+    assert len(out) == len(lines), res.stdout + res.stderr
+    return out
+
+
+@pytest.mark.parametrize("lua", ["lua5.1", "lua5.3"])
+@pytest.mark.parametrize("source", ["comment", "spank"])
+def test_job_submit_lua_agrees(lua: str, source: str) -> None:
+    cases = [c for c in CASES if source == "spank" or not any(ch in c[1] for ch in COMMENT_UNSAFE)]
+    lines = [f"themis:{k}={v}" if source == "comment" else f"\1\tTHEMIS_OPTIONS={k}={v}" for k, v, _ in cases]
+    wrong = []
+    for (key, value, verdict), got in zip(cases, _run_lua(lua, lines), strict=True):
+        if verdict is None:
+            if not got.startswith("err themis: ") or "expected" not in got and "has no value" not in got:
+                wrong.append((key, value, got))
+            name = f"--themis-{key}" if source == "spank" else key
+            if got.startswith("err themis: invalid option") and f"{name}=" not in got:
+                wrong.append((key, value, got))
+        elif not got.startswith("ok ") or _record_value(got[3:], key) != str(verdict):
+            wrong.append((key, value, got))
+    assert wrong == []
+
+
+@pytest.mark.parametrize("lua", ["lua5.1", "lua5.3"])
+def test_job_submit_lua_rules(lua: str) -> None:
+    """Both ways at once is refused; the plugin's entry may come prefixed SPANK_; sent twice is refused."""
+    lines = [
+        "themis:app=a\t" "THEMIS_OPTIONS=app=b",                  # both: refused
+        "themis:\tTHEMIS_OPTIONS=app=b,est=1h",                    # an empty themis: comment does not count
+        "my own notes\tTHEMIS_OPTIONS=app=b",                      # free text does not count
+        "\1\tSPANK_THEMIS_OPTIONS=app=c,sens=low",
+        "\1\tTHEMIS_OPTIONS=app=d\tTHEMIS_OPTIONS=app=e",        # twice: refused
+        "\1\tTHEMIS_OPTIONS=model=vgg16,sens=high",              # exclusive
+        "\1\tTHEMIS_OPTIONS=app=x,colour=red",                    # unknown key (a client without the plugin)
+        "\1\tTHEMIS_OPTIONS=",                                    # nothing given: defaults
+        "\1\tOTHER_PLUGIN=1",                                     # not ours: no options
+    ]
+    out = _run_lua(lua, lines)
+    assert out[0].startswith("err ") and "both as --themis-* and in --comment" in out[0]
+    assert out[1] == "ok themis:v1;app=b;model=;sens=;est=3600"
+    assert out[2] == "ok themis:v1;app=b;model=;sens=;est="
+    assert out[3] == "ok themis:v1;app=c;model=;sens=low;est="
+    assert out[4].startswith("err ") and "sent twice" in out[4]
+    assert out[5].startswith("err ") and "--themis-model and --themis-sens are mutually exclusive" in out[5]
+    assert out[6].startswith("err ") and "unknown option 'colour'" in out[6]
+    assert out[7] == out[8] == "ok themis:v1;app=;model=;sens=;est="
+
+
+@pytest.mark.parametrize("version", sorted(HEADERS))
+def test_plugin_builds_without_warnings(version: str, tmp_path: Path) -> None:
+    inc = HEADERS[version]
+    if not (inc / "slurm" / "spank.h").exists():
+        pytest.skip(f"no Slurm {version} headers in {inc} (22.05: apt-get install libslurm-dev; 25.11: "
+                    "slurm_conf/cluster.sh up --slurm 25.11 unpacks the tree)")
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler (apt-get install gcc)")
+    res = subprocess.run(["make", "-C", str(SPANK), f"SLURM_INCLUDE={inc}", f"BUILD={tmp_path}"],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "warning" not in res.stderr.lower(), res.stderr
+    so = tmp_path / "spank_themis.so"
+    syms = subprocess.run(["nm", "-D", "--defined-only", str(so)], capture_output=True, text=True, check=True).stdout
+    for sym in ("plugin_name", "plugin_type", "plugin_version", "slurm_spank_init", "slurm_spank_init_post_opt"):
+        assert f" {sym}\n" in syms, sym

@@ -1,0 +1,186 @@
+"""The one definition of the Themis job options a user gives at submit, and the files generated from it.
+
+A user gives the same four options in two ways: ``sbatch --themis-app=bert --themis-est=6h`` (the SPANK
+plugin in slurm_conf/spank/) or ``sbatch --comment=themis:app=bert,est=6h`` (job_submit.lua, for sites
+without the plugin). Three programs check them: the plugin at the client (an early, friendly error),
+job_submit.lua in slurmctld (the authority: a user can always run a client without the plugin) and the
+documentation that tells users what is accepted. They must agree, so the grammar lives here once and
+``python -m themis_slurm.slurm.option_grammar --write`` renders it into
+
+* ``slurm_conf/spank/themis_grammar.h``  (the plugin's tables and messages),
+* the block between ``GENERATED GRAMMAR`` markers in ``slurm_conf/job_submit.lua``,
+* the table between ``GENERATED GRAMMAR`` markers in ``docs/user-guide.md``;
+
+``--check`` (run by the unit tests) fails when any of them is stale. The duration syntax is code in both
+C and Lua; the shared case table in tests/unit/slurm/option_cases.py runs against both.
+
+The known models are the placement profiles of the core (``core.placement.PROFILES``): a model the server
+accepts is one the arbiter can score, by construction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from themis_slurm.core.placement import PROFILES
+
+#: Placement sensitivity classes a user may name instead of a model (core.placement's class profiles).
+SENS_CLASSES: tuple[str, ...] = ("high", "medium", "low", "none")
+#: Models with a measured placement profile (the core's profiles minus the classes).
+MODELS: tuple[str, ...] = tuple(name for name in PROFILES if name not in SENS_CLASSES)
+APP_MAX_LEN = 64
+APP_PUNCT = "_.-"                   # besides letters and digits; the first character is a letter or digit
+EST_MAX_S = 365 * 86400
+assert set(SENS_CLASSES) <= set(PROFILES), "every sensitivity class is a core placement profile"
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One user option: its key in ``--comment=themis:``, its SPANK option and what it accepts."""
+
+    key: str
+    arginfo: str          # sbatch --help's one-word argument name
+    usage: str            # sbatch --help's text
+    expected: str         # "expected ..." in error messages: what is accepted
+
+    @property
+    def flag(self) -> str:
+        return f"--themis-{self.key}"
+
+    @property
+    def env(self) -> str:
+        return f"SBATCH_THEMIS_{self.key.upper()}"
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("app", "name", "Themis app: groups your jobs into one app for fairness (default: the job, "
+           "or the array)",
+           f"a name of 1 to {APP_MAX_LEN} letters, digits, '_', '.' or '-' starting with a letter or digit"),
+    Option("model", "model", "Themis placement profile of a known model (not with --themis-sens)",
+           "one of " + ", ".join(MODELS)),
+    Option("sens", "class", "Themis placement sensitivity: high, medium, low or none (not with "
+           "--themis-model)", "one of " + ", ".join(SENS_CLASSES)),
+    Option("est", "duration", "Themis estimate of the run time on the GPUs requested, e.g. 6h, 90m, "
+           "1-12:00:00 (default: the time limit)",
+           "a duration above 0 and at most 365 days such as 90m, 6h, 1h30m, 2d, 1-12:00:00"),
+)
+EXCLUSIVE = ("model", "sens")
+#: The spank_job_env entry the plugin hands to slurmctld: the options in the --comment grammar.
+SPANK_ENV_NAME = "THEMIS_OPTIONS"
+
+REPO = Path(__file__).resolve().parents[2]
+HEADER = REPO / "slurm_conf" / "spank" / "themis_grammar.h"
+LUA = REPO / "slurm_conf" / "job_submit.lua"
+GUIDE = REPO / "docs" / "user-guide.md"
+BEGIN, END = "BEGIN GENERATED GRAMMAR", "END GENERATED GRAMMAR"
+_NOTE = "generated from themis_slurm/slurm/option_grammar.py (python -m themis_slurm.slurm.option_grammar " \
+        "--write): do not edit"
+
+
+def _c_str(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _lua_str(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def render_c_header() -> str:
+    lines = [f"/* themis_grammar.h - {_NOTE}. */", "#ifndef THEMIS_GRAMMAR_H", "#define THEMIS_GRAMMAR_H", "",
+             f"#define THEMIS_APP_MAX_LEN {APP_MAX_LEN}", f"#define THEMIS_APP_PUNCT {_c_str(APP_PUNCT)}",
+             f"#define THEMIS_EST_MAX_S {EST_MAX_S}L", f"#define THEMIS_SPANK_ENV {_c_str(SPANK_ENV_NAME)}", "",
+             "struct themis_option {", "    const char *key;      /* --comment key; the option is --themis-<key> */",
+             "    const char *arginfo;", "    const char *usage;", "    const char *expected;", "};", "",
+             "static const struct themis_option themis_options[] = {"]
+    for o in OPTIONS:
+        lines.append(f"    {{{_c_str(o.key)}, {_c_str(o.arginfo)},")
+        lines.append(f"     {_c_str(o.usage)},")
+        lines.append(f"     {_c_str(o.expected)}}},")
+    lines += ["};", f"#define THEMIS_N_OPTIONS {len(OPTIONS)}", "",
+              "static const char *const themis_models[] = {" + ", ".join(_c_str(m) for m in MODELS) + ", 0};",
+              "static const char *const themis_sens[] = {" + ", ".join(_c_str(s) for s in SENS_CLASSES) + ", 0};",
+              f"#define THEMIS_EXCLUSIVE_A {_c_str(EXCLUSIVE[0])}", f"#define THEMIS_EXCLUSIVE_B {_c_str(EXCLUSIVE[1])}",
+              "", "#endif", ""]
+    return "\n".join(lines)
+
+
+def render_lua_block() -> str:
+    def lua_list(items: tuple[str, ...]) -> str:
+        return "{ " + ", ".join(_lua_str(i) for i in items) + " }"
+    lines = [f"-- {BEGIN} ({_NOTE})",
+             f"local APP_MAX_LEN = {APP_MAX_LEN}",
+             "local APP_PATTERN = \"^[A-Za-z0-9][A-Za-z0-9" + "".join("%" + c for c in APP_PUNCT) + "]*$\"",
+             f"local MAX_EST_SECONDS = {EST_MAX_S}",
+             f"local SPANK_ENV_NAME = {_lua_str(SPANK_ENV_NAME)}",
+             "local KNOWN_KEYS = " + lua_list(tuple(o.key for o in OPTIONS)),
+             "local KNOWN_MODELS = " + lua_list(MODELS),
+             "local KNOWN_SENS = " + lua_list(SENS_CLASSES),
+             "local EXCLUSIVE = " + lua_list(EXCLUSIVE),
+             "local EXPECTED = {"]
+    for o in OPTIONS:
+        lines.append(f"  {o.key} = {_lua_str(o.expected)},")
+    lines += ["}", f"-- {END}"]
+    return "\n".join(lines)
+
+
+def render_markdown() -> str:
+    lines = [f"<!-- {BEGIN} ({_NOTE}) -->",
+             "| option | in `--comment=themis:` | environment (sbatch) | accepted |",
+             "|---|---|---|---|"]
+    for o in OPTIONS:
+        lines.append(f"| `{o.flag}=<{o.arginfo}>` | `{o.key}=` | `{o.env}` | {o.expected} |")
+    lines += ["", f"`{OPTIONS[1].flag}` and `{OPTIONS[2].flag}` are mutually exclusive. Keys are "
+              "case-insensitive in `--comment`; model, class and duration values are case-insensitive; app "
+              "names are kept as written.", f"<!-- {END} -->"]
+    return "\n".join(lines)
+
+
+def _replace_block(text: str, block: str, path: Path) -> str:
+    """``text`` with the lines from the BEGIN marker to the END marker replaced by ``block``."""
+    lines = text.split("\n")
+    starts = [i for i, line in enumerate(lines) if BEGIN in line]
+    ends = [i for i, line in enumerate(lines) if END in line]
+    if len(starts) != 1 or len(ends) != 1 or ends[0] < starts[0]:
+        raise SystemExit(f"{path}: expected one '{BEGIN}' line followed by one '{END}' line")
+    return "\n".join(lines[: starts[0]] + block.split("\n") + lines[ends[0] + 1:])
+
+
+def targets() -> dict[Path, str]:
+    """Each generated file with the content it must have."""
+    return {
+        HEADER: render_c_header(),
+        LUA: _replace_block(LUA.read_text(), render_lua_block(), LUA),
+        GUIDE: _replace_block(GUIDE.read_text(), render_markdown(), GUIDE),
+    }
+
+
+def stale() -> list[Path]:
+    """The generated files that differ from what the grammar renders."""
+    return [p for p, want in targets().items() if not p.exists() or p.read_text() != want]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m themis_slurm.slurm.option_grammar",
+                                     description=__doc__.split("\n")[0])
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--write", action="store_true", help="rewrite the generated files")
+    mode.add_argument("--check", action="store_true", help="exit 1 when a generated file is stale")
+    args = parser.parse_args(argv)
+    if args.check:
+        bad = stale()
+        for p in bad:
+            print(f"{p.relative_to(REPO)} is stale: run python -m themis_slurm.slurm.option_grammar --write",
+                  file=sys.stderr)
+        return 1 if bad else 0
+    for p, want in targets().items():
+        if not p.exists() or p.read_text() != want:
+            p.write_text(want)
+            print(f"wrote {p.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
