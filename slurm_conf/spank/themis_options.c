@@ -149,12 +149,19 @@ int themis_check_value(int index, const char *value, const char *source, char *e
     }
     if (ok)
         return 0;
-    /* Values echoed back are shortened: a message must stay readable (as in job_submit.lua). */
-    if (strlen(value) > 40)
-        snprintf(err, errlen, "themis: invalid option --themis-%s=%.37s...%s%s: expected %s", key, value,
-                 source ? " " : "", source ? source : "", o->expected);
-    else
-        snprintf(err, errlen, "themis: invalid option --themis-%s=%s%s%s: expected %s", key, value,
-                 source ? " " : "", source ? source : "", o->expected);
+    /* Values echoed back are shortened (as in job_submit.lua) and control characters shown as '?': a
+     * message must stay one readable line. */
+    {
+        char shown[41];
+        size_t n = strlen(value), k;
+        int cut = n > 40;
+        if (cut)
+            n = 37;
+        for (k = 0; k < n; k++)
+            shown[k] = (unsigned char)value[k] < 0x20 || value[k] == 0x7f ? '?' : value[k];
+        shown[k] = '\0';
+        snprintf(err, errlen, "themis: invalid option --themis-%s=%s%s%s%s: expected %s", key, shown,
+                 cut ? "..." : "", source ? " " : "", source ? source : "", o->expected);
+    }
     return -1;
 }

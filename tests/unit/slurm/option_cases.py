@@ -25,6 +25,7 @@ CASES: list[tuple[str, str, str | int | None]] = [
     ("app", "a/b", None),
     ("app", "$(id)", None),
     ("app", "caf\u00e9", None),
+    ("app", "a\x07b", None),       # a control character: echoed as '?'
     ("model", "resnet50", "resnet50"),
     ("model", "RESNET50", "resnet50"),
     ("model", "gpt5", None),

@@ -61,7 +61,8 @@ def test_plugin_check(check_tool: Path, key: str, value: str, verdict: str | int
         assert res.returncode == 1, out
         # the message names the option, the value (shortened past 40 characters) and what is accepted
         assert out.startswith(f"themis: invalid option --themis-{key}=")
-        shown = value.strip() if len(value.strip()) <= 40 else value.strip()[:37]
+        shown = "".join("?" if ord(c) < 0x20 else c for c in value.strip())
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."
         assert shown in out
         assert "expected " + option_grammar.OPTIONS[[o.key for o in option_grammar.OPTIONS].index(key)].expected in out
     else:
