@@ -7,11 +7,14 @@
 # 1. installs the project in .venv (python3-venv from apt if needed);
 # 2. brings up the local cluster (slurm_conf/cluster.sh up: 4 nodes x 4 fake GPUs in 2 racks), unless it is up;
 # 3. starts themisd with 45 s leases (30 s with --quick) on it, state in $DEMO_DIR (default /var/tmp/themis-demo);
-# 4. submits four apps from two users: alice's job array of 1-GPU trials, alice's tagged group "bert" of two
-#    4-GPU jobs, bob's 8-GPU two-node gang, bob's sweep array of 2-GPU trials; every job runs
-#    docs/examples/ckpt_job.sh (checkpoints on SIGUSR1, resumes after the requeue);
-# 5. shows `themis status` live until the jobs finish, then a summary: each app's rho, preemptions, GPU
-#    utilisation, and where to look next. themisd and the cluster keep running until demo/stop.sh.
+# 4. submits four apps from two users with the --themis-* options (the SPANK plugin), in two acts: first
+#    themis-bob (an 8-GPU two-node gang and a sweep array of 2-GPU trials), who gets the whole cluster;
+#    then themis-alice (a tagged group "bert" of 4-GPU jobs and an array of 1-GPU trials), who has nothing,
+#    so that at the next lease expiry some of bob's GPUs change hands (SIGUSR1, checkpoint, requeue, resume)
+#    and the rest are renewed in place. Every job runs docs/examples/ckpt_job.sh;
+# 5. shows `themis status` live until the jobs finish, then a summary: every round with the worst rho,
+#    the leases that changed hands, renewals, the jobs that resumed from a checkpoint, each app's rho and
+#    GPU time, utilisation, and where to look next. themisd and the cluster keep running until demo/stop.sh.
 # --quick: a smaller, shorter workload (about 2 minutes) for CI.
 set -euo pipefail
 
@@ -22,7 +25,7 @@ quick=0
 for arg in "$@"; do
   case "$arg" in
     --quick) quick=1 ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "demo/run.sh: unknown argument '$arg' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -90,39 +93,50 @@ done
 echo "themisd pid $(cat "$DEMO_DIR/themisd.pid"), log $DEMO_DIR/themisd.log"
 
 # ------------------------------------------------------------------------------------------------ 4. workload
-say "4/5 submitting four apps from themis-alice and themis-bob"
+# Two acts, so that a lease changes hands. Act 1: themis-bob arrives on an empty cluster, and Themis gives
+# him every GPU (no GPU idles while work waits). Act 2: themis-alice arrives and has nothing, so her apps
+# have the worst rho; as bob's leases expire, the auctions move some of his GPUs to her (his jobs get
+# SIGUSR1, checkpoint, are requeued and later resume from the checkpoint) and renew the others in place.
+say "4/5 submitting: themis-bob first (he gets the whole cluster), then themis-alice"
 jobs=$DEMO_DIR/jobs
 chmod 0755 "$DEMO_DIR"   # the test users read the job script here and write into jobs/
 install -d -m 1777 "$jobs"
 install -m 0755 "$here/docs/examples/ckpt_job.sh" "$DEMO_DIR/ckpt_job.sh"
 : >"$DEMO_DIR/jobids"
-w=1; [ "$quick" = 1 ] && w=2   # work divisor
 submit() {  # submit USER WORK_SECONDS sbatch-options...
   local user=$1 work=$2; shift 2
   local id
   id=$(cd "$jobs" && runuser -u "$user" -- sbatch --parsable --requeue --open-mode=append -p gpu \
-        --output="$jobs/%x-%j.out" --export="ALL,WORK=$((work / w)),CKPT_DIR=$jobs" "$@" "$DEMO_DIR/ckpt_job.sh")
+        --output="$jobs/%x-%j.out" --export="ALL,WORK=$work,CKPT_DIR=$jobs" "$@" "$DEMO_DIR/ckpt_job.sh")
   echo "${id%%;*}" >>"$DEMO_DIR/jobids"
   printf '  %-13s %-6s %s\n' "$user" "${id%%;*}" "$*"
 }
-if [ "$quick" = 1 ]; then
-  submit themis-alice 60 -J trial --array=0-3 --gres=gpu:1 --comment=themis:est=1m
-  submit themis-alice 80 -J bert --gres=gpu:4 --comment=themis:app=bert,sens=high,est=1m
-  submit themis-bob 80 -J big -N2 --gres=gpu:4 --comment=themis:app=big,est=1m
-  submit themis-bob 60 -J sweep --array=0-1 --gres=gpu:2 --comment=themis:app=sweep,est=1m
-else
-  submit themis-alice 60 -J trial --array=0-5 --gres=gpu:1 --comment=themis:est=1m
-  submit themis-alice 90 -J bert --gres=gpu:4 --comment=themis:app=bert,sens=high,est=90s
-  submit themis-alice 90 -J bert --gres=gpu:4 --comment=themis:app=bert,sens=high,est=90s
-  submit themis-bob 120 -J big -N2 --gres=gpu:4 --comment=themis:app=big,model=vgg16,est=2m
-  submit themis-bob 60 -J sweep --array=0-3 --gres=gpu:2 --comment=themis:app=sweep,est=1m
-fi
+running_of() { squeue -h -u "$1" -t RUNNING -o %i 2>/dev/null | wc -l; }
 started=$(date +%s)
+if [ "$quick" = 1 ]; then
+  submit themis-bob 70 -J big -N2 --gres=gpu:4 --themis-app=big --themis-model=vgg16 --themis-est=70s
+  submit themis-bob 50 -J sweep --array=0-3 --gres=gpu:2 --themis-app=sweep --themis-est=50s
+else
+  submit themis-bob 110 -J big -N2 --gres=gpu:4 --themis-app=big --themis-model=vgg16 --themis-est=110s
+  submit themis-bob 70 -J sweep --array=0-3 --gres=gpu:2 --themis-app=sweep --themis-est=70s
+fi
+for _ in $(seq 60); do [ "$(running_of themis-bob)" -ge 2 ] && break; sleep 0.5; done
+echo "  themis-bob runs $(running_of themis-bob) job(s) on the whole cluster; themis-alice arrives:"
+sleep 5
+if [ "$quick" = 1 ]; then
+  submit themis-alice 45 -J bert --gres=gpu:4 --themis-app=bert --themis-sens=high --themis-est=45s
+  submit themis-alice 30 -J trial --array=0-3 --gres=gpu:1 --themis-est=30s
+else
+  submit themis-alice 60 -J bert --gres=gpu:4 --themis-app=bert --themis-sens=high --themis-est=60s
+  submit themis-alice 60 -J bert --gres=gpu:4 --themis-app=bert --themis-sens=high --themis-est=60s
+  submit themis-alice 40 -J trial --array=0-5 --gres=gpu:1 --themis-est=40s
+fi
 
 # ------------------------------------------------------------------------------------------------ 5. watch
 say "5/5 themis status, live (the jobs need about $([ "$quick" = 1 ] && echo 2 || echo 4) minutes)"
 limit=$([ "$quick" = 1 ] && echo 240 || echo 480)
 mapfile -t ids <"$DEMO_DIR/jobids"
+# the jobs already started: the clock runs from bob's arrival
 left() { squeue -h -j "$(IFS=,; echo "${ids[*]}")" -o %i 2>/dev/null | wc -l; }
 tty=0; [ -t 1 ] && tty=1
 last_print=0
@@ -145,8 +159,9 @@ elapsed=$(( $(date +%s) - started ))
 # ------------------------------------------------------------------------------------------------ summary
 say "Summary"
 "$venv/bin/python" "$here/demo/summary.py" --config "$DEMO_DIR/themis.yaml" --elapsed "$elapsed" \
+  --start "$started" --jobs-dir "$jobs" \
   --gpus "$(sed -n 's/.*nodes=\([0-9]*\) gpus=\([0-9]*\).*/\1 \2/p' "$cluster_dir/shape" | awk '{print $1*$2}')"
-first=$(sed -n 2p "$DEMO_DIR/jobids")   # alice's first "bert" job (not an array: explain takes 123 or 123_4)
+first=$(sed -n 1p "$DEMO_DIR/jobids")   # bob's gang (not an array: explain takes 123 or 123_4)
 cat <<TXT
 
 Where to look next:

@@ -1,12 +1,15 @@
 """The README's first command, shortened: demo/run.sh --quick then demo/stop.sh on the real local cluster.
 
 Slow (about two minutes): it starts themisd, submits four apps from two users and waits for them. It skips
-when another themisd is running (two daemons on one cluster would fight over the same held jobs).
+when another themisd is running (two daemons on one cluster would fight over the same held jobs). It checks
+that the demo shows what Themis is for: a lease that expires and moves to a worse-off app (SIGUSR1, requeue,
+resume from the checkpoint), a lease renewed in place, and the worst rho falling over the rounds.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,6 +40,21 @@ def test_demo_quick(cluster_session: Cluster) -> None:
             assert app in out.split("== Summary")[1]
         assert "GPU utilisation:" in out and "themis explain" in out and "/metrics" in out
         assert "finished" in out and "still" not in out.split("== Summary")[0].splitlines()[-1]
+        summary = out.split("== Summary")[1]
+
+        def count(pattern: str) -> int:
+            m = re.search(pattern, summary)
+            assert m, f"{pattern!r} not in the summary:\n{summary}"
+            return int(m.group(1))
+
+        assert count(r"Leases that changed hands: (\d+) round") >= 1, summary
+        assert re.search(r"lease not renewed for themis-bob/\S+ job \S+ .*-> themis-alice/", summary), summary
+        assert count(r"Renewed in place: (\d+) lease") >= 1, summary
+        assert count(r"SIGUSR1 warnings seen by the jobs: (\d+)") >= 1, summary
+        assert count(r"resumed from a checkpoint: (\d+) run") >= 1, summary
+        m = re.search(r"Worst rho fell: ([\d.]+) at round (\d+) -> ([\d.]+) at round (\d+)", summary)
+        assert m and float(m.group(3)) < float(m.group(1)) and int(m.group(4)) > int(m.group(2)), summary
+        assert "--themis-app=" in out   # the workload uses the plugin's options
     finally:
         stop = subprocess.run([str(REPO / "demo" / "stop.sh")], capture_output=True, text=True, env=env,
                               timeout=120, check=False)

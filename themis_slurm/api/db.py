@@ -86,6 +86,11 @@ class StateReader:
     def rounds(self, limit: int) -> list[Row]:
         return self._all("SELECT * FROM rounds ORDER BY id DESC LIMIT ?", (limit,))
 
+    def decisions(self, actions: Sequence[str]) -> list[Row]:
+        """Every decision row with one of these actions (grant, renewal, preemption, app), oldest first."""
+        marks = ", ".join("?" for _ in actions)
+        return self._all(f"SELECT * FROM decisions WHERE action IN ({marks}) ORDER BY round_id, id", tuple(actions))
+
     def round_stats(self) -> Row:
         rows = self._all("SELECT COUNT(*) AS n, MAX(time) AS last_time, SUM(preemptions) AS preemptions,"
                          " AVG(latency_s) AS mean_latency_s, MAX(latency_s) AS max_latency_s FROM rounds")

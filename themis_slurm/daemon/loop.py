@@ -282,10 +282,11 @@ class Daemon:
         new_rows = intents_after(decision, rows, cfg, now)
         mode = cfg.mode
         in_place = renew_in_place(decision, rows) if mode == "enforce" else {}
+        standing = [r.rho_before for r in decision.apps.values() if math.isfinite(r.rho_before)]
         with self.store.tx():
             rid = self.store.add_round(now, mode, trigger, decision.solver, decision.offered_gpus,
                                        len(decision.grants), len(decision.renewals), len(decision.preemptions),
-                                       latency)  # fmt: skip
+                                       latency, max(standing, default=None))  # fmt: skip
             recs = decision.apps
             for g in decision.grants:
                 rec = recs.get(g.app_id)

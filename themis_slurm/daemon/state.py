@@ -126,8 +126,14 @@ CREATE TABLE events (
 );
 """
 
+#: v2: each round records the worst rho among the apps it saw (before its allocation), so that the rounds
+#: table alone shows whether fairness improves over time (the demo summary, /v1/rounds).
+_V2 = """
+ALTER TABLE rounds ADD COLUMN worst_rho REAL;
+"""
+
 #: Migration k brings the schema from version k to k+1 (version 0 is an empty database).
-MIGRATIONS: tuple[str, ...] = (_V1,)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2)
 
 
 FRESH_FLAG = "--fresh-state"
@@ -411,12 +417,14 @@ class Store:
 
     # ---------------------------------------------------------------------------------- audit log
     def add_round(self, time: float, mode: str, trigger: str, solver: str, offered: int, grants: int,
-                  renewals: int, preemptions: int, latency_s: float) -> int:
+                  renewals: int, preemptions: int, latency_s: float, worst_rho: float | None = None) -> int:
         self._need_tx()
+        if worst_rho is not None and not math.isfinite(worst_rho):
+            worst_rho = None
         cur = self.db.execute(
             "INSERT INTO rounds (time, mode, trigger, solver, offered_gpus, grants, renewals, preemptions,"
-            " latency_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (time, mode, trigger, solver, offered, grants, renewals, preemptions, latency_s),
+            " latency_s, worst_rho) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (time, mode, trigger, solver, offered, grants, renewals, preemptions, latency_s, worst_rho),
         )
         return int(cur.lastrowid or 0)
 

@@ -38,6 +38,22 @@ def test_migrations_apply_in_order_and_keep_data(tmp_path: Path) -> None:
         Store(db, migrations=MIGRATIONS)
 
 
+def test_v1_database_gains_worst_rho_and_keeps_its_rounds(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    s = Store(db, migrations=MIGRATIONS[:1])
+    with s.tx():
+        s.db.execute("INSERT INTO rounds (time, mode, trigger, solver, offered_gpus, grants, renewals,"
+                     " preemptions, latency_s) VALUES (1, 'enforce', 'arrival', 'exact', 4, 1, 0, 0, 0.01)")
+    s.close()
+    s = Store(db)
+    with s.tx():
+        s.add_round(2.0, "enforce", "lease", "exact", 4, 0, 1, 1, 0.02, worst_rho=1.5)
+        s.add_round(3.0, "enforce", "lease", "exact", 4, 0, 1, 1, 0.02, worst_rho=float("inf"))
+    got = [tuple(r) for r in s.query("SELECT time, worst_rho FROM rounds ORDER BY id")]
+    assert got == [(1.0, None), (2.0, 1.5), (3.0, None)]
+    s.close()
+
+
 def test_failed_migration_leaves_the_old_version(tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     Store(db).close()
