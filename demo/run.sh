@@ -15,7 +15,7 @@
 # 5. shows `themis status` live until the jobs finish, then a summary: every round with the worst rho,
 #    the leases that changed hands, renewals, the jobs that resumed from a checkpoint, each app's rho and
 #    GPU time, utilisation, and where to look next. themisd and the cluster keep running until demo/stop.sh.
-# --quick: a smaller, shorter workload (about 2 minutes) for CI.
+# --quick: a smaller, shorter workload (about 2 minutes in all) for CI.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -133,7 +133,7 @@ else
 fi
 
 # ------------------------------------------------------------------------------------------------ 5. watch
-say "5/5 themis status, live (the jobs need about $([ "$quick" = 1 ] && echo 2 || echo 4) minutes)"
+say "5/5 themis status, live (the jobs need about $([ "$quick" = 1 ] && echo 2 || echo 3) minutes)"
 limit=$([ "$quick" = 1 ] && echo 240 || echo 480)
 mapfile -t ids <"$DEMO_DIR/jobids"
 # the jobs already started: the clock runs from bob's arrival
