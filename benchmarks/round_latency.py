@@ -17,10 +17,11 @@ import statistics
 import time
 
 from themis_slurm.core.agent import Agent
-from themis_slurm.core.arbiter import ArbiterConfig, ClusterState, run_round
+from themis_slurm.core.arbiter import ArbiterConfig, run_round
 from themis_slurm.core.auction import ExactSolver, FastSolver
 from themis_slurm.core.fairness import FairnessModel
 from themis_slurm.core.placement import Pool
+from themis_slurm.core.state import ClusterState
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import App, Job
 

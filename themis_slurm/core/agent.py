@@ -139,7 +139,7 @@ class Agent:
         """Jobs of one kind are interchangeable for bidding: same shape and profile, not a lease holder."""
         if job.id in self.homes:
             return ("home", job.id)
-        return (job.gpus, job.gpus_per_node, job.nodes, job.profile, job.elastic)
+        return job.kind
 
     def options(self, job: Job, pool: Pool, elastic_small: bool = True) -> list[Gang]:
         """Gangs the job could take now: its best placement, and for elastic jobs also one GPU."""

@@ -36,11 +36,23 @@ from themis_slurm.core.auction import (
     hidden_payments,
     payment_draw,
 )
-from themis_slurm.core.decision import AppRecord, Decision, Grant, Preemption, Renewal
+from themis_slurm.core.decision import (
+    AppRecord,
+    Decision,
+    Grant,
+    KeptBy,
+    Outcome,
+    Preemption,
+    PreemptionCause,
+    Renewal,
+    RenewalCause,
+    ReservationNote,
+)
 from themis_slurm.core.fairness import FairnessModel, job_throughput
 from themis_slurm.core.placement import Pool, get_profile, throughput
+from themis_slurm.core.state import ClusterState, check_state
 from themis_slurm.core.topology import Topology
-from themis_slurm.core.workload import App, Job, Lease
+from themis_slurm.core.workload import Job, Lease
 
 SOLVERS = ("auto", "exact", "fast")
 #: shortest lease, as a fraction of a lease, a renewal keeps when its hidden payment cuts it (c_i near 0)
@@ -73,24 +85,6 @@ class ArbiterConfig:
             raise ValueError(f"solver must be one of {', '.join(SOLVERS)}, got {self.solver!r}")
 
 
-@dataclass(frozen=True)
-class ClusterState:
-    """What the arbiter sees: the cluster, what is free, who holds what, and the apps.
-
-    `free` are GPUs Themis may hand out now; `unavailable` those it must not touch (used by jobs Themis
-    does not manage, on drained or down nodes, reserved): never offered, and checked to be disjoint from
-    `free` and the leases. `cluster_gpus` is C in T_id (defaults to the topology size).
-    """
-
-    topology: Topology
-    now: float
-    free: frozenset[int]
-    leases: tuple[Lease, ...]
-    apps: tuple[App, ...]
-    cluster_gpus: int | None = None
-    unavailable: frozenset[int] = frozenset()
-
-
 def bidders_offered(fairness_knob: float, n: int) -> int:
     """How many of the n apps with waiting work are offered the pool: max(1, floor((1 - f) n)), 0 if n = 0.
 
@@ -100,26 +94,6 @@ def bidders_offered(fairness_knob: float, n: int) -> int:
     return max(1, math.floor((1.0 - fairness_knob) * n + 1e-9)) if n else 0
 
 
-def _validate(state: ClusterState, jobs: Mapping[str, Job]) -> None:
-    seen: dict[int, str] = {}
-    n = state.topology.size
-    for g in state.free:
-        if not 0 <= g < n:
-            raise ValueError(f"free GPU id {g} is not in the topology (0..{n - 1})")
-        seen[g] = "free"
-    for g in state.unavailable:
-        if g in seen:
-            raise ValueError(f"GPU {g} is both free and unavailable")
-        seen[g] = "unavailable"
-    for lease in state.leases:
-        if lease.job_id not in jobs:
-            raise ValueError(f"lease for unknown job {lease.job_id}")
-        for g in lease.gpus:
-            if g in seen:
-                raise ValueError(f"GPU {g} is both {seen[g]} and leased to job {lease.job_id}")
-            seen[g] = f"leased to job {lease.job_id}"
-
-
 def run_round(state: ClusterState, config: ArbiterConfig | None = None) -> Decision:
     """Run one Themis round (see module docstring)."""
     cfg = config or ArbiterConfig()
@@ -127,7 +101,7 @@ def run_round(state: ClusterState, config: ArbiterConfig | None = None) -> Decis
     jobs = {j.id: j for a in state.apps for j in a.jobs}
     if len(jobs) != sum(len(a.jobs) for a in state.apps):
         raise ValueError("job ids must be unique across apps")
-    _validate(state, jobs)
+    check_state(state, jobs)
     model = FairnessModel(topo, state.cluster_gpus or topo.size, cfg.idle_throughput)
     expiry = now + cfg.lease_s
     start_cost = min(0.5, cfg.restart_cost_s / cfg.lease_s)
@@ -143,7 +117,8 @@ def run_round(state: ClusterState, config: ArbiterConfig | None = None) -> Decis
             held[job.id] = lease
         elif not job.preemptible:
             held[job.id] = lease
-            renewals.append(Renewal(job.id, job.app_id, lease.gpus, expiry, "not preemptible: keeps its GPUs"))
+            renewals.append(Renewal(job.id, job.app_id, lease.gpus, expiry, "not preemptible: keeps its GPUs",
+                                    RenewalCause.NOT_PREEMPTIBLE))
         else:
             homes[job.id] = lease.gpus
             pool_ids |= lease.gpus
@@ -174,6 +149,7 @@ def run_round(state: ClusterState, config: ArbiterConfig | None = None) -> Decis
     source: dict[str, str] = {}
     reserved: frozenset[int] = frozenset()
     reserve_note: dict[str, str] = {}
+    reserve_data: dict[str, ReservationNote] = {}
     res = _reservation(topo, now, cfg, [agents[a] for a in ranked[:n_bid]], pool, held, jobs) \
         if cfg.reserve_wide_gangs else None
     if res is not None:
@@ -187,9 +163,11 @@ def run_round(state: ClusterState, config: ArbiterConfig | None = None) -> Decis
             agents[ag.app_id] = Agent(ag.app, model, now, ag.base + gang.throughput,
                                       [j for j in ag.jobs if j.id != job.id], ag.homes, start_cost)  # fmt: skip
             reserve_note[ag.app_id] = f"job {job.id} started on its reservation ({len(target)} GPUs)"
+            reserve_data[ag.app_id] = ReservationNote(job.id, len(target), 0, 0.0, True)
         else:
             reserved = frozenset(g for g in target if g in pool)
             pool.take(reserved)
+            reserve_data[ag.app_id] = ReservationNote(job.id, len(target), len(reserved), start_by - now, False)
             reserve_note[ag.app_id] = (f"{len(reserved)} of {len(target)} GPU(s) reserved for job {job.id}, "
                                        f"complete in {start_by - now:.0f} s")  # fmt: skip
             if not reserved:
@@ -265,7 +243,8 @@ def run_round(state: ClusterState, config: ArbiterConfig | None = None) -> Decis
     cut = {jid: t for jid, t in cut.items() if jid in source}
     got = _no_pointless_moves(got, homes, jobs, source, topo, 1.0 - start_cost)
     return _decide(state, cfg, model, agents, bidders, rho_now, ranked, x_star, payments, kept_gpus, cut, got, source,
-                   homes, renewals, expiry, offered, pool, jobs, reserved, reserve_note)  # fmt: skip
+                   homes, renewals, expiry, offered, pool, jobs, reserved, reserve_note, reserve_data,
+                   stopped)  # fmt: skip
 
 
 def _reservation(
@@ -345,10 +324,6 @@ def _up_to(agent: Agent, gangs: Sequence[Gang], level: float) -> tuple[Gang, ...
     return tuple(out)
 
 
-def _kind(job: Job) -> tuple:
-    return (job.gpus, job.gpus_per_node, job.nodes, job.profile, job.elastic)
-
-
 def _keep_holders_in_place(
     got: dict[str, list[Gang]],
     homes: Mapping[str, frozenset[int]],
@@ -370,7 +345,7 @@ def _keep_holders_in_place(
                 continue
             for k, g in enumerate(gangs):
                 x = g.job_id
-                if g.gpus == home and x != y and x not in homes and _kind(jobs[x]) == _kind(jobs[y]):
+                if g.gpus == home and x != y and x not in homes and jobs[x].kind == jobs[y].kind:
                     yk = by_job.get(y)
                     sx, sy = source[x], source.get(y)
                     gangs[k] = Gang(y, g.gpus, g.level, g.throughput)
@@ -456,7 +431,7 @@ def _no_pointless_moves(
             if mine is not None:
                 movers = [mine]
             else:
-                movers = [k for k, g in enumerate(gs) if g.job_id not in homes and _kind(jobs[g.job_id]) == _kind(jobs[y])]
+                movers = [k for k, g in enumerate(gs) if g.job_id not in homes and jobs[g.job_id].kind == jobs[y].kind]
             for k in movers:
                 m = gs[k]
                 b = m.gpus
@@ -506,6 +481,8 @@ def _decide(
     jobs: Mapping[str, Job],
     reserved: frozenset[int],
     reserve_note: Mapping[str, str],
+    reserve_data: Mapping[str, ReservationNote],
+    stopped: set[str],
 ) -> Decision:
     topo = state.topology
     grants: list[Grant] = []
@@ -516,20 +493,25 @@ def _decide(
             granted.add(g.job_id)
             home = homes.get(g.job_id)
             if home is not None and home == g.gpus:
-                why = "won its GPUs back in the auction" if source[g.job_id] == "auction" else "kept its GPUs as leftover"
-                if g.job_id in cut:
-                    why += f" (lease cut to {cut[g.job_id] - state.now:.0f} s: hidden payment)"
-                renewals.append(Renewal(g.job_id, aid, g.gpus, cut.get(g.job_id, expiry), why))
+                won_back = source[g.job_id] == "auction"
+                why = "won its GPUs back in the auction" if won_back else "kept its GPUs as leftover"
+                cut_s = cut[g.job_id] - state.now if g.job_id in cut else None
+                if cut_s is not None:
+                    why += f" (lease cut to {cut_s:.0f} s: hidden payment)"
+                renewals.append(Renewal(g.job_id, aid, g.gpus, cut.get(g.job_id, expiry), why,
+                                        RenewalCause.WON_BACK if won_back else RenewalCause.LEFTOVER, cut_s))
                 continue
             if home is not None:
-                preemptions.append(Preemption(g.job_id, aid, home, "lease expired; moved to other GPUs"))
+                preemptions.append(Preemption(g.job_id, aid, home, "lease expired; moved to other GPUs",
+                                              PreemptionCause.MOVED))
             grants.append(
                 Grant(g.job_id, aid, g.gpus, topo.nodes_of(g.gpus), g.level.label, expiry, source[g.job_id],
                       migrated=home is not None)  # fmt: skip
             )
     for jid, home in homes.items():
         if jid not in granted:
-            preemptions.append(Preemption(jid, jobs[jid].app_id, home, "lease expired and lost the auction"))
+            preemptions.append(Preemption(jid, jobs[jid].app_id, home, "lease expired and lost the auction",
+                                          PreemptionCause.LOST))
 
     bid_ids = {a.app_id for a in bidders}
     rank = {aid: k + 1 for k, aid in enumerate(ranked)}
@@ -547,18 +529,25 @@ def _decide(
         total = len(frozenset().union(*(g.gpus for g in gangs))) if gangs else 0
         by_reservation = sum(len(g.gpus) for g in gangs if source.get(g.job_id) == "reservation")
         leftover = total - kept - by_reservation
+        kept_by = KeptBy.ALL
         if ag is None:
+            outcome = Outcome.NOTHING_WAITING
             reason = "nothing waiting"
         elif aid in bid_ids:
             if won is None:
+                outcome = Outcome.LOST
                 reason = f"bid (rank {rank[aid]}) but won nothing"
             else:
+                outcome = Outcome.WON
                 reason = f"bid (rank {rank[aid]}), won {len(won.gpus)} GPU(s)"
                 if pay is not None and pay.withheld:
+                    kept_by = KeptBy.PAYMENT
                     reason += f", kept {kept} after hidden payment c={pay.fraction:.3f}"
                 elif kept < len(won.gpus):
+                    kept_by = KeptBy.VISIBILITY
                     reason += f", kept {kept} (rho down to the worst outside the auction)"
         else:
+            outcome = Outcome.NOT_OFFERED
             reason = f"not offered (rank {rank[aid]} of {len(agents)}; f={cfg.fairness_knob})"
         if leftover:
             reason += f"; {leftover} GPU(s) from leftover"
@@ -575,6 +564,10 @@ def _decide(
             payment_fraction=pay.fraction if pay else None,
             leftover_gpus=leftover,
             reason=reason,
+            outcome=outcome,
+            ranked=len(agents),
+            kept_by=kept_by,
+            reservation=reserve_data.get(aid),
         )
     return Decision(
         now=state.now,

@@ -9,6 +9,47 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Outcome(StrEnum):
+    """What the round did for an app (AppRecord.outcome). Sentences are made from it at the edges only."""
+
+    NOTHING_WAITING = "nothing_waiting"   # no waiting job: not ranked
+    NOT_OFFERED = "not_offered"           # ranked below the visibility cut (1 - f of the ranked apps bid)
+    LOST = "lost"                         # bid and won nothing
+    WON = "won"                           # bid and won GPUs in the auction
+
+
+class KeptBy(StrEnum):
+    """Why a winner kept fewer GPUs than it won (AppRecord.kept_by)."""
+
+    ALL = "all"                           # kept everything it won
+    PAYMENT = "payment"                   # the hidden payment withheld some
+    VISIBILITY = "visibility"             # its rho fell to the worst outside the auction: the rest went on
+
+
+class RenewalCause(StrEnum):
+    NOT_PREEMPTIBLE = "not_preemptible"   # the job cannot be preempted: it keeps its GPUs
+    WON_BACK = "won_back"                 # won its own GPUs back in the auction
+    LEFTOVER = "leftover"                 # kept its GPUs as leftover
+    IN_PLACE = "in_place"                 # the daemon renewed it instead of moving a same-kind job onto its GPUs
+
+
+class PreemptionCause(StrEnum):
+    LOST = "lost"                         # lease expired and the job won nothing
+    MOVED = "moved"                       # lease expired; the job starts again on other GPUs
+
+
+@dataclass(frozen=True, slots=True)
+class ReservationNote:
+    """The wide gang a round reserved GPUs for (AppRecord.reservation)."""
+
+    job_id: str
+    gpus: int                             # the gang's width
+    held: int                             # GPUs held idle for it now (0: none idle meanwhile)
+    start_in_s: float                     # until all its GPUs are free (0 when it started now)
+    started: bool                         # it started on its reservation in this round
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +80,8 @@ class Renewal:
     gpus: frozenset[int]
     lease_expiry: float
     reason: str
+    cause: RenewalCause = RenewalCause.WON_BACK
+    cut_s: float | None = None            # lease cut to this many seconds by the hidden payment
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +92,7 @@ class Preemption:
     app_id: str
     gpus: frozenset[int]
     reason: str
+    cause: PreemptionCause = PreemptionCause.LOST
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +109,10 @@ class AppRecord:
     payment_fraction: float | None = None  # c_i when it won something in the auction
     leftover_gpus: int = 0
     reason: str = ""
+    outcome: Outcome = Outcome.NOTHING_WAITING
+    ranked: int = 0                       # how many apps were ranked (had waiting work) in the round
+    kept_by: KeptBy = KeptBy.ALL
+    reservation: ReservationNote | None = None
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,12 @@ class Job:
     submit: float = 0.0
     service: float = 0.0  # GPU-seconds attained so far (wall time x GPUs held), what LAS-style policies rank by
 
+    @property
+    def kind(self) -> tuple[int, int | None, int | None, str, bool]:
+        """Shape and profile: two jobs of an app with the same kind are interchangeable (same throughput
+        on the same GPUs, same rho), so one may stand in for the other without changing the app's lot."""
+        return (self.gpus, self.gpus_per_node, self.nodes, self.profile, self.elastic)
+
     def __post_init__(self) -> None:
         if self.gpus < 1:
             raise ValueError(f"job {self.id}: gpus must be >= 1, got {self.gpus}")

@@ -22,9 +22,9 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from themis_slurm.core.arbiter import ClusterState
 from themis_slurm.core.decision import Decision, Grant
 from themis_slurm.core.placement import get_profile
+from themis_slurm.core.state import ClusterState
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import App, Lease
 from themis_slurm.daemon.config import Config

@@ -16,8 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from themis_slurm.core.arbiter import ArbiterConfig, ClusterState, run_round
+from themis_slurm.core.arbiter import ArbiterConfig, run_round
 from themis_slurm.core.decision import Decision
+from themis_slurm.core.state import ClusterState
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,10 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from themis_slurm.core.arbiter import ClusterState
 from themis_slurm.core.decision import AppRecord, Decision, Grant, Preemption, Renewal
 from themis_slurm.core.fairness import FairnessModel, job_throughput
 from themis_slurm.core.placement import Pool, get_profile
+from themis_slurm.core.state import ClusterState
 from themis_slurm.core.topology import Level, Topology
 from themis_slurm.core.workload import App, Job, Lease
 

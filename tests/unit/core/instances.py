@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 
 from themis_slurm.core.agent import Agent
-from themis_slurm.core.arbiter import ClusterState
 from themis_slurm.core.fairness import FairnessModel, job_throughput
 from themis_slurm.core.placement import Pool
+from themis_slurm.core.state import ClusterState
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import App, Job, Lease
 

@@ -9,10 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from themis_slurm.core.arbiter import ArbiterConfig, ClusterState, bidders_offered, run_round
+from themis_slurm.core.arbiter import ArbiterConfig, bidders_offered, run_round
 from themis_slurm.core.auction import payment_draw
 from themis_slurm.core.decision import Decision
 from themis_slurm.core.placement import Pool
+from themis_slurm.core.state import ClusterState
 from themis_slurm.core.topology import Level, Topology
 from themis_slurm.core.workload import App, Job, Lease
 

@@ -12,8 +12,9 @@ import random
 import pytest
 
 from themis_slurm.core.agent import Gang
-from themis_slurm.core.arbiter import ArbiterConfig, ClusterState, _no_pointless_moves, run_round
+from themis_slurm.core.arbiter import ArbiterConfig, _no_pointless_moves, run_round
 from themis_slurm.core.placement import get_profile, throughput
+from themis_slurm.core.state import ClusterState
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import App, Job, Lease
 

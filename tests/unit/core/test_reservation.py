@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import pytest
 
-from themis_slurm.core.arbiter import ArbiterConfig, ClusterState, bidders_offered, run_round
+from themis_slurm.core.arbiter import ArbiterConfig, bidders_offered, run_round
 from themis_slurm.core.decision import Decision
 from themis_slurm.core.fairness import FairnessModel
 from themis_slurm.core.placement import Pool
+from themis_slurm.core.state import ClusterState
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import App, Job, Lease
 

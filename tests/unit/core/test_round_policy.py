@@ -11,10 +11,11 @@ from __future__ import annotations
 import pytest
 
 from themis_slurm.core.agent import Agent
-from themis_slurm.core.arbiter import MIN_CUT, ArbiterConfig, ClusterState, bidders_offered, run_round
+from themis_slurm.core.arbiter import MIN_CUT, ArbiterConfig, bidders_offered, run_round
 from themis_slurm.core.auction import greedy_fill, payment_draw
 from themis_slurm.core.fairness import FairnessModel
 from themis_slurm.core.placement import Pool
+from themis_slurm.core.state import ClusterState
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import App, Job, Lease
 

@@ -10,9 +10,9 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
-from themis_slurm.core.arbiter import ClusterState
 from themis_slurm.core.decision import Decision
 from themis_slurm.core.fairness import job_throughput
+from themis_slurm.core.state import ClusterState
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import App, Job, Lease
 from themis_slurm.policies import PolicyContext

@@ -13,8 +13,8 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from themis_slurm.core.arbiter import ClusterState
 from themis_slurm.core.placement import Pool
+from themis_slurm.core.state import ClusterState
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import App, Job, Lease
 from themis_slurm.policies import POLICIES, make_policy

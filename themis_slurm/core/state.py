@@ -1,0 +1,55 @@
+"""What a scheduling round sees: the cluster state every policy (Themis and the baselines) gets.
+
+It lives apart from the Themis arbiter because the baselines, the simulator and the daemon all build or
+read it; only the arbiter turns it into a Themis Decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from themis_slurm.core.topology import Topology
+from themis_slurm.core.workload import App, Job, Lease
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """What the arbiter sees: the cluster, what is free, who holds what, and the apps.
+
+    `free` are GPUs Themis may hand out now; `unavailable` those it must not touch (used by jobs Themis
+    does not manage, on drained or down nodes, reserved): never offered, and checked to be disjoint from
+    `free` and the leases. `cluster_gpus` is C in T_id (defaults to the topology size).
+    """
+
+    topology: Topology
+    now: float
+    free: frozenset[int]
+    leases: tuple[Lease, ...]
+    apps: tuple[App, ...]
+    cluster_gpus: int | None = None
+    unavailable: frozenset[int] = frozenset()
+
+
+def check_state(state: ClusterState, jobs: Mapping[str, Job]) -> None:
+    """Raise ValueError when a GPU is claimed twice (free, unavailable, leased) or lies outside the topology.
+
+    `jobs` maps job id -> Job for every app's jobs; a lease of an unknown job is an error too.
+    """
+    seen: dict[int, str] = {}
+    n = state.topology.size
+    for g in state.free:
+        if not 0 <= g < n:
+            raise ValueError(f"free GPU id {g} is not in the topology (0..{n - 1})")
+        seen[g] = "free"
+    for g in state.unavailable:
+        if g in seen:
+            raise ValueError(f"GPU {g} is both free and unavailable")
+        seen[g] = "unavailable"
+    for lease in state.leases:
+        if lease.job_id not in jobs:
+            raise ValueError(f"lease for unknown job {lease.job_id}")
+        for g in lease.gpus:
+            if g in seen:
+                raise ValueError(f"GPU {g} is both {seen[g]} and leased to job {lease.job_id}")
+            seen[g] = f"leased to job {lease.job_id}"
