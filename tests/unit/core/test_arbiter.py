@@ -96,7 +96,7 @@ def test_job_past_its_estimate_still_gets_gpus() -> None:
 def test_same_app_job_never_displaces_a_holder_of_its_kind() -> None:
     """X landing on holder Y's GPUs (same app, same kind) while Y loses becomes Y's renewal instead."""
     from themis_slurm.core.agent import Gang
-    from themis_slurm.core.arbiter import _keep_holders_in_place
+    from themis_slurm.core.keep_in_place import keep_holders_in_place as _keep_holders_in_place
 
     jobs = {
         "x": Job("x", "a", 2, 100.0),

@@ -12,7 +12,8 @@ import random
 import pytest
 
 from themis_slurm.core.agent import Gang
-from themis_slurm.core.arbiter import ArbiterConfig, _no_pointless_moves, run_round
+from themis_slurm.core.arbiter import ArbiterConfig, run_round
+from themis_slurm.core.keep_in_place import no_pointless_moves as _no_pointless_moves
 from themis_slurm.core.placement import get_profile, throughput
 from themis_slurm.core.state import ClusterState
 from themis_slurm.core.topology import Topology

@@ -1,0 +1,70 @@
+"""The first phases of a round: the pool on offer, and who may bid for it (visibility).
+
+Themis NSDI 2020, section 4: the pool is the free GPUs plus those of the leases that expire now; every app
+with waiting work computes its rho, and the offer goes to the ``max(1, floor((1 - f) n))`` apps with the
+worst rho (f = fairness knob). Each bidder's :class:`~themis_slurm.core.agent.Agent` then values bundles of
+the pool by the rho they give it (core/agent.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+from themis_slurm.core.agent import Agent
+from themis_slurm.core.decision import Renewal, RenewalCause
+from themis_slurm.core.fairness import job_throughput
+from themis_slurm.core.placement import Pool
+from themis_slurm.core.round_state import RoundState
+
+
+def bidders_offered(fairness_knob: float, n: int) -> int:
+    """How many of the n apps with waiting work are offered the pool: max(1, floor((1 - f) n)), 0 if n = 0.
+
+    The 1e-9 absorbs binary rounding: 1 - 0.8 is 0.19999999999999996, and floor of that times 10 would
+    be 1, not 2 (one bidder fewer whenever (1 - f) n is a whole number).
+    """
+    return max(1, math.floor((1.0 - fairness_knob) * n + 1e-9)) if n else 0
+
+
+def collect_pool(rs: RoundState) -> None:
+    """Pool phase: free GPUs plus expiring preemptible leases. A lease holder that cannot be preempted is
+    renewed outright; one that can becomes a bidder for its own GPUs (its "home": renewal in place)."""
+    pool_ids = set(rs.state.free)
+    for lease in rs.state.leases:
+        job = rs.jobs[lease.job_id]
+        if lease.expiry > rs.now:
+            rs.held[job.id] = lease
+        elif not job.preemptible:
+            rs.held[job.id] = lease
+            rs.renewals.append(Renewal(job.id, job.app_id, lease.gpus, rs.expiry, "not preemptible: keeps its GPUs",
+                                       RenewalCause.NOT_PREEMPTIBLE))  # fmt: skip
+        else:
+            rs.homes[job.id] = lease.gpus
+            pool_ids |= lease.gpus
+    rs.pool = Pool(rs.state.topology, pool_ids)
+    rs.offered = rs.pool.size
+
+
+def rank_by_rho(rs: RoundState) -> None:
+    """Visibility phase: an agent per app with waiting work, ranked worst rho first; the first 1 - f bid.
+
+    rho is taken under the allocation each app keeps once the expiring leases are back in the pool (the
+    GPUs being re-auctioned are nobody's). An app whose leases expire now ranks by that rho; any other
+    app's rho is discounted by what a move costs (as its bids are), so that leases do not flip between
+    near-equal apps.
+    """
+    topo = rs.state.topology
+    for app in rs.state.apps:
+        base = sum(job_throughput(j, rs.held[j.id].gpus, topo) for j in app.jobs if j.id in rs.held)
+        rs.rho_now[app.id] = rs.model.rho(app, rs.now, base)
+        waiting = [j for j in app.jobs if j.id not in rs.held]
+        if waiting:
+            homes = {j.id: rs.homes[j.id] for j in waiting if j.id in rs.homes}
+            rs.agents[app.id] = Agent(app, rs.model, rs.now, base, waiting, homes, rs.restart_discount)
+    urgency = {a: rs.rho_now[a] * (1.0 if ag.homes else 1.0 - rs.restart_discount) for a, ag in rs.agents.items()}
+    rs.ranked = sorted(rs.agents, key=lambda a: (-urgency[a], a))
+
+
+def offer(rs: RoundState) -> None:
+    """The bidders: the first 1 - f of the ranking (after a reservation may have rebuilt an agent)."""
+    rs.bidders = [rs.agents[a] for a in rs.ranked[: bidders_offered(rs.cfg.fairness_knob, len(rs.ranked))]]

@@ -1,0 +1,118 @@
+"""The last phase: turn the round state into a Decision (grants, renewals, preemptions, one AppRecord per app).
+
+Everything here is data: outcomes, counts, causes and the reservation note are typed fields; the `reason`
+strings kept on the records are a legacy rendering that the edges no longer read.
+"""
+
+from __future__ import annotations
+
+from themis_slurm.core.agent import Gang
+from themis_slurm.core.decision import (
+    AppRecord,
+    Decision,
+    Grant,
+    KeptBy,
+    Outcome,
+    Preemption,
+    PreemptionCause,
+    Renewal,
+    RenewalCause,
+)
+from themis_slurm.core.round_state import RoundState
+
+
+def record(rs: RoundState) -> Decision:
+    """Decision phase."""
+    grants, preemptions = _actions(rs)
+    assert rs.x_star is not None
+    rank_of = {aid: k + 1 for k, aid in enumerate(rs.ranked)}
+    bid_ids = {b.app_id for b in rs.bidders}
+    return Decision(
+        now=rs.now,
+        grants=tuple(grants),
+        renewals=tuple(rs.renewals),
+        preemptions=tuple(preemptions),
+        apps={app.id: _app_record(rs, app.id, rank_of, bid_ids) for app in rs.state.apps},
+        solver=rs.x_star.solver,
+        objective=rs.x_star.objective,
+        offered_gpus=rs.offered,
+        idle_gpus=rs.pool.free_ids(),
+        reserved_gpus=rs.reserved,
+    )
+
+
+def _actions(rs: RoundState) -> tuple[list[Grant], list[Preemption]]:
+    """Grants for gangs off their home, renewals (appended to rs.renewals) for gangs at home, preemptions."""
+    topo = rs.state.topology
+    grants: list[Grant] = []
+    preemptions: list[Preemption] = []
+    granted: set[str] = set()
+    for aid, gangs in rs.got.items():
+        for g in gangs:
+            granted.add(g.job_id)
+            home = rs.homes.get(g.job_id)
+            if home is not None and home == g.gpus:
+                rs.renewals.append(_renewal(rs, aid, g))
+                continue
+            if home is not None:
+                preemptions.append(Preemption(g.job_id, aid, home, "lease expired; moved to other GPUs",
+                                              PreemptionCause.MOVED))  # fmt: skip
+            grants.append(Grant(g.job_id, aid, g.gpus, topo.nodes_of(g.gpus), g.level.label, rs.expiry,
+                                rs.source[g.job_id], migrated=home is not None))  # fmt: skip
+    for jid, home in rs.homes.items():
+        if jid not in granted:
+            preemptions.append(Preemption(jid, rs.jobs[jid].app_id, home, "lease expired and lost the auction",
+                                          PreemptionCause.LOST))  # fmt: skip
+    return grants, preemptions
+
+
+def _renewal(rs: RoundState, aid: str, g: Gang) -> Renewal:
+    won_back = rs.source[g.job_id] == "auction"
+    why = "won its GPUs back in the auction" if won_back else "kept its GPUs as leftover"
+    cut_s = rs.cut[g.job_id] - rs.now if g.job_id in rs.cut else None
+    if cut_s is not None:
+        why += f" (lease cut to {cut_s:.0f} s: hidden payment)"
+    return Renewal(g.job_id, aid, g.gpus, rs.cut.get(g.job_id, rs.expiry), why,
+                   RenewalCause.WON_BACK if won_back else RenewalCause.LEFTOVER, cut_s)  # fmt: skip
+
+
+def _app_record(rs: RoundState, aid: str, rank_of: dict[str, int], bid_ids: set[str]) -> AppRecord:
+    assert rs.x_star is not None
+    gangs = rs.got.get(aid, [])
+    ag = rs.agents.get(aid)
+    # a gang started on its reservation is already in the rebuilt agent's base throughput
+    extra = sum(g.throughput for g in gangs if rs.source.get(g.job_id) != "reservation")
+    won = rs.x_star.bundles.get(aid)
+    pay = rs.payments.get(aid)
+    kept = rs.kept_gpus.get(aid, 0)
+    total = len(frozenset().union(*(g.gpus for g in gangs))) if gangs else 0
+    by_reservation = sum(len(g.gpus) for g in gangs if rs.source.get(g.job_id) == "reservation")
+    rank = rank_of.get(aid)
+    bid = aid in bid_ids
+    kept_by = KeptBy.ALL
+    if ag is None:
+        outcome, reason = Outcome.NOTHING_WAITING, "nothing waiting"
+    elif not bid:
+        outcome = Outcome.NOT_OFFERED
+        reason = f"not offered (rank {rank} of {len(rs.agents)}; f={rs.cfg.fairness_knob})"
+    elif won is None:
+        outcome, reason = Outcome.LOST, f"bid (rank {rank}) but won nothing"
+    else:
+        outcome, reason = Outcome.WON, f"bid (rank {rank}), won {len(won.gpus)} GPU(s)"
+        if pay is not None and pay.withheld:
+            kept_by = KeptBy.PAYMENT
+            reason += f", kept {kept} after hidden payment c={pay.fraction:.3f}"
+        elif kept < len(won.gpus):
+            kept_by = KeptBy.VISIBILITY
+            reason += f", kept {kept} (rho down to the worst outside the auction)"
+    leftover = total - kept - by_reservation
+    if leftover:
+        reason += f"; {leftover} GPU(s) from leftover"
+    if aid in rs.reservation_notes:
+        reason += f"; {rs.reservation_notes[aid]}"
+    return AppRecord(
+        app_id=aid, rho_before=rs.rho_now[aid], rho_after=ag.rho_of(extra) if ag is not None else rs.rho_now[aid],
+        rank=rank, bid=bid, won_gpus=len(won.gpus) if won else 0, kept_gpus=kept,
+        payment_fraction=pay.fraction if pay else None, leftover_gpus=leftover, reason=reason, outcome=outcome,
+        ranked=len(rs.agents), kept_by=kept_by, reservation=rs.reservations.get(aid),
+    )  # fmt: skip

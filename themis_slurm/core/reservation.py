@@ -1,0 +1,106 @@
+"""Optional phase: reserve GPUs for a wide gang that has waited a lease (``reserve_wide_gangs``).
+
+Off by default (docs/design.md says why). When on, it runs after the offer and before winner
+determination: the first wide gang (bidding order) of the worst bidder that has one starts now if it
+fits, else the GPUs it will fit on soonest are held out of the pool until the leases on the rest expire.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from themis_slurm.core.agent import Agent, Gang
+from themis_slurm.core.decision import ReservationNote
+from themis_slurm.core.placement import Pool, get_profile, throughput
+from themis_slurm.core.round_state import RoundState
+from themis_slurm.core.topology import Topology
+from themis_slurm.core.workload import Job, Lease
+
+
+def reserve_for_wide_gang(rs: RoundState) -> None:
+    """Reservation phase: start the gang on its reservation, or hold the part of it that is free now."""
+    topo, now = rs.state.topology, rs.now
+    res = _pick_gang(topo, now, rs.cfg.lease_s, rs.bidders, rs.pool, rs.held, rs.jobs)
+    if res is None:
+        return
+    ag, job, target, start_by = res
+    if all(g in rs.pool for g in target):
+        level = topo.level_of(target)
+        gang = Gang(job.id, target, level, throughput(len(target), level, get_profile(job.profile)))
+        rs.award(ag.app_id, [gang], "reservation")
+        # the app bids on with the gang counted in its base throughput (and without the job)
+        rebuilt = Agent(ag.app, rs.model, now, ag.base + gang.throughput, [j for j in ag.jobs if j.id != job.id],
+                        ag.homes, rs.restart_discount)  # fmt: skip
+        rs.agents[ag.app_id] = rebuilt
+        rs.bidders = [rebuilt if b.app_id == ag.app_id else b for b in rs.bidders]
+        rs.reservations[ag.app_id] = ReservationNote(job.id, len(target), 0, 0.0, True)
+        rs.reservation_notes[ag.app_id] = f"job {job.id} started on its reservation ({len(target)} GPUs)"
+        return
+    held = frozenset(g for g in target if g in rs.pool)
+    rs.pool.take(held)
+    rs.reserved = held
+    rs.reservations[ag.app_id] = ReservationNote(job.id, len(target), len(held), start_by - now, False)
+    rs.reservation_notes[ag.app_id] = (
+        f"{len(held)} of {len(target)} GPU(s) reserved for job {job.id}, complete in {start_by - now:.0f} s"
+        if held else
+        f"job {job.id} starts on {len(target)} GPU(s) whose leases end in {start_by - now:.0f} s (none held idle meanwhile)"
+    )  # fmt: skip
+
+
+def _pick_gang(
+    topo: Topology, now: float, lease_s: float, bidders: Sequence[Agent], pool: Pool,
+    held: Mapping[str, Lease], jobs: Mapping[str, Job],
+) -> tuple[Agent, Job, frozenset[int], float] | None:
+    """The gang to reserve for, the GPUs it gets, and when they are all free (None: nothing to reserve).
+
+    A wide gang needs several GPUs free in the same round, which a busy cluster whose leases expire one by
+    one rarely has: without a reservation it waits until the cluster drains (a 4-GPU job waited 100 h on
+    the paper workload while 1-GPU jobs took every GPU that freed up). Like Slurm's backfill
+    reservation, the worst-ranked bidder with a rigid gang of >= 2 GPUs that has waited at least a lease
+    gets whole nodes (or the GPUs of one node) for it: GPUs in the pool count as free now, other
+    preemptible leases as free at their expiry, non-preemptible ones never. The nodes with the most GPUs
+    free now win (then the earliest completion): the GPUs reserved in the previous round are free, so the
+    reservation stays where it is and grows as the leases on its nodes expire, instead of moving to
+    whichever nodes look soonest and displacing other jobs again. Only one reservation per round; a
+    reserved GPU idles at most until the last lease on its nodes expires (at most one lease).
+    """
+    for ag in bidders:
+        job = next((j for j in ag.jobs if j.gpus >= 2 and not j.elastic and j.id not in ag.homes
+                    and now - j.submit >= lease_s), None)  # fmt: skip
+        if job is None:
+            continue
+        avail = {g: now for g in pool.free_ids()}
+        for lease in held.values():
+            if jobs[lease.job_id].preemptible and math.isfinite(lease.expiry):
+                avail.update({g: lease.expiry for g in lease.gpus})
+        found = _reserve_on(topo, avail, now, job)
+        if found is not None:
+            return ag, job, found[0], found[1]
+    return None
+
+
+def _reserve_on(
+    topo: Topology, avail: Mapping[int, float], now: float, job: Job
+) -> tuple[frozenset[int], float] | None:
+    """GPUs for `job` on n nodes x k GPUs (its shape; else one node, else whole nodes), nodes ranked by GPUs
+    free now (most first), then by when their k GPUs are all free, then by name; with that time."""
+    if job.nodes is not None and job.gpus_per_node is not None:
+        n, k = job.nodes, job.gpus_per_node
+    else:
+        widest = max(len(v) for v in topo.node_gpus.values())
+        n, k = (1, job.gpus) if job.gpus <= widest else (-(-job.gpus // widest), widest)
+        if n * k != job.gpus:
+            return None  # an uneven split across nodes: no reservation (rare; Slurm would decide the split)
+    ranked: list[tuple[int, float, str, tuple[int, ...]]] = []
+    for node, gids in topo.node_gpus.items():
+        usable = sorted((g for g in gids if g in avail), key=lambda g: (avail[g] > now, avail[g], g))
+        if len(usable) < k:
+            continue
+        pick = tuple(usable[:k])
+        ranked.append((-sum(avail[g] <= now for g in pick), max(avail[g] for g in pick), node, pick))
+    if len(ranked) < n:
+        return None
+    ranked.sort()
+    chosen = ranked[:n]
+    return frozenset(g for *_, pick in chosen for g in pick), max(t for _, t, _, _ in chosen)
