@@ -50,7 +50,7 @@ class ArbiterConfig:
     hidden_payments: bool = True
     seed: int = 0
     restart_cost_s: float = 30.0  # work lost by a (re)start; bids discount non-renewal gangs by restart/lease
-    reserve_wide_gangs: bool = False  # reservations for wide gangs (step 2b); off: see docs/design.md
+    reserve_wide_gangs: bool = False  # the reservation phase (core/reservation.py); off: see docs/design.md
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.fairness_knob < 1.0:

@@ -128,7 +128,7 @@ class Decision:
     objective: float = 0.0
     offered_gpus: int = 0
     idle_gpus: frozenset[int] = frozenset()
-    reserved_gpus: frozenset[int] = frozenset()  # held free for a wide gang (arbiter._reservation), not idle
+    reserved_gpus: frozenset[int] = frozenset()  # held free for a wide gang (core/reservation.py), not idle
 
     @property
     def empty(self) -> bool:
