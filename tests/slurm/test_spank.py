@@ -89,7 +89,7 @@ def test_environment_variables(cluster: Cluster) -> None:
     res = cluster.run(["env", "SBATCH_THEMIS_EST=soon", "sbatch", "--gres=gpu:1", "--wrap=true"], user=ALICE)
     assert res.returncode != 0
     assert "themis: invalid option --themis-est=soon (from SBATCH_THEMIS_EST): " + EXPECT_EST in res.stderr
-    assert _alice_jobs(cluster) == before
+    assert _alice_jobs(cluster) <= before   # no new job (finished ones may leave squeue meanwhile)
 
 
 @pytest.mark.parametrize(
@@ -110,7 +110,7 @@ def test_bad_value_is_refused_at_the_client(cluster: Cluster, option: str, shown
     assert res.returncode != 0
     assert f"themis: invalid option {shown}" in res.stderr, res.stderr
     assert "Batch job submission failed" not in res.stderr   # the client refused it: nothing was sent
-    assert _alice_jobs(cluster) == before
+    assert _alice_jobs(cluster) <= before   # no new job (finished ones may leave squeue meanwhile)
 
 
 def test_model_with_sens_is_refused_at_the_client(cluster: Cluster) -> None:
@@ -218,7 +218,7 @@ def test_server_refuses_what_a_client_without_checks_sends(cluster: Cluster, rog
     assert res.returncode != 0, res.stdout
     assert "error: themis: " in res.stderr and message in res.stderr, res.stderr
     assert "Batch job submission failed" in res.stderr   # slurmctld refused it
-    assert _alice_jobs(cluster) == before
+    assert _alice_jobs(cluster) <= before   # no new job (finished ones may leave squeue meanwhile)
 
 
 def test_server_accepts_good_options_from_any_client(cluster: Cluster, rogue_conf: Path) -> None:
