@@ -186,6 +186,7 @@ def idle_phase(host: str, port: int, a: argparse.Namespace, header_timeout: floa
 
 def serve(a: argparse.Namespace, tmp: Path) -> Any:
     from tests.unit.api import world
+    from themis_slurm.daemon.planning import finish_times  # what themisd injects
 
     db = world.build_store(tmp / "state")
     conf = tmp / "slurm.conf"
@@ -199,7 +200,7 @@ def serve(a: argparse.Namespace, tmp: Path) -> Any:
                 raise SystemExit(f"this server does not take {key}=")
             extra[key] = getattr(a, key)
     return start_api_server(db, "127.0.0.1:0", str(conf), snapshot=lambda: snap, decoder=world.fake_decoder,
-                            names=world.names, **extra)
+                            names=world.names, estimator=finish_times, **extra)
 
 
 def table(load: dict[str, Any], idle: dict[str, Any], settings: dict[str, Any]) -> str:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 import pytest
 from themisd_guard import running_themisd  # tests/slurm is on sys.path under pytest
 
-from themis_slurm.daemon.state import Store
+from themis_slurm.daemon.store import Store
 from themis_slurm.slurm.backend import CliBackend
 from themis_slurm.slurm.model import Snapshot
 

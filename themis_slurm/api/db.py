@@ -5,7 +5,7 @@ by mistake; themisd writes in WAL mode, so readers see the last committed cycle 
 (A WAL database needs its -shm file: readers of a database whose writer is gone still work as long as
 the folder's -wal/-shm files exist or the folder is writable.)
 
-Rows are returned as plain dicts of the tables' columns (see daemon/state.py for their meaning); JSON
+Rows are returned as plain dicts of the tables' columns (see daemon/store.py for their meaning); JSON
 columns (planned_nodes, planned_gpus, nodes) are decoded.
 """
 
@@ -97,10 +97,14 @@ class StateReader:
         return rows[0]
 
     def decisions_of(self, job_id: str, app_key: str, rounds: int) -> list[Row]:
-        """Decision rows of the job and its app's records, in the app's or job's last `rounds` rounds."""
+        """Decision rows of the job and its app's records, in the app's or job's last `rounds` rounds.
+
+        Each row also has its round's trigger, mode and fairness knob (NULL before schema v3)."""
+        cols = {r["name"] for r in self._all("PRAGMA table_info(rounds)")}
+        knob = "r.fairness_knob" if "fairness_knob" in cols else "NULL"
         return self._all(
-            "SELECT d.*, r.trigger AS round_trigger, r.mode AS round_mode FROM decisions d"
-            " JOIN rounds r ON r.id = d.round_id"
+            f"SELECT d.*, r.trigger AS round_trigger, r.mode AS round_mode, {knob} AS round_fairness_knob"
+            " FROM decisions d JOIN rounds r ON r.id = d.round_id"
             " WHERE d.round_id IN (SELECT DISTINCT round_id FROM decisions WHERE job_id = ? OR app_key = ?"
             "                      ORDER BY round_id DESC LIMIT ?)"
             "   AND (d.job_id = ? OR (d.app_key = ? AND d.action = 'app'))"

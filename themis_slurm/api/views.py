@@ -20,14 +20,18 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
+from themis_slurm import reasons
 from themis_slurm.api.auth import Identity
-from themis_slurm.api.cluster import GPU_STATES, gpu_states, reserved_from_rows
+from themis_slurm.api.cluster import GPU_STATES, gpu_states, held_from_rows
 from themis_slurm.api.db import Row, StateReader
 from themis_slurm.api.slurmconf import SlurmConfInfo
+from themis_slurm.core.decision import Outcome
 from themis_slurm.slurm.eligibility import ineligible
 from themis_slurm.slurm.model import ManagedJob, Snapshot
 
 Doc = dict[str, Any]
+#: (snapshot, job rows, app rows, now=) -> {app: (T_id s, T_sh s)}; the daemon's planning.finish_times, injected
+Estimator = Callable[..., dict[str, tuple[float, float]]]
 EXPLAIN_ROUNDS = 5
 NEXT_LEASES = 5
 
@@ -85,7 +89,7 @@ class Context:
     now: float = field(default_factory=time.time)
     snapshot_error: str | None = None
     last_cycle: float | None = None
-    estimator: Callable[..., dict[str, tuple[float, float]]] | None = None
+    estimator: Estimator | None = None
     warnings: list[str] = field(default_factory=list)
 
     def meta(self) -> Doc:
@@ -248,7 +252,7 @@ def _gpu_counts(ctx: Context, jobs: list[Doc]) -> tuple[Doc, list[Doc]]:
     if ctx.snapshot is None:
         leased = sum(j["gpus"] for j in jobs if j["state"] == "RUNNING" or j["intent"] == "running")
         return {"total": None, "leased": leased, **{s: None for s in GPU_STATES if s != "leased"}}, []
-    states = gpu_states(ctx.snapshot, reserved_from_rows(ctx.snapshot, ctx.state.jobs()))
+    states = gpu_states(ctx.snapshot, held_from_rows(ctx.snapshot, ctx.state.jobs()))
     total = {"total": len(states), **{s: 0 for s in GPU_STATES}}
     racks: dict[str, Doc] = {}
     for g in states:
@@ -342,7 +346,7 @@ def topology_view(ctx: Context, params: Mapping[str, str]) -> Doc:
     owners = {m.job_id: m.user for m in ctx.snapshot.managed}
     owners.update({j["job_id"]: owner_of(j["app_key"]) for j in ctx.state.jobs()})
     racks: dict[str, dict[str, dict[int, list[Doc]]]] = {}
-    for g in gpu_states(ctx.snapshot, reserved_from_rows(ctx.snapshot, ctx.state.jobs())):
+    for g in gpu_states(ctx.snapshot, held_from_rows(ctx.snapshot, ctx.state.jobs())):
         job = g.job if g.job and ctx.viewer.sees(owners.get(g.job)) else None
         gpu = {"id": g.id, "index": g.index, "state": g.state, "job": job}
         racks.setdefault(g.rack, {}).setdefault(g.node, {}).setdefault(g.island, []).append(gpu)
@@ -357,15 +361,30 @@ class Unavailable(RuntimeError):
 
 
 # ----------------------------------------------------------------------------------------- explain
-_RANK = re.compile(r"rank (\d+)")
-_WON = re.compile(r"won (\d+) GPU")
-_KEPT = re.compile(r"kept (\d+)")
-_LEFTOVER = re.compile(r"(\d+) GPU\(s\) from leftover")
+def _app_round(d: Row) -> Doc:
+    """An app's part in a round, from its decision row's typed columns (themis_slurm.reasons words them).
+
+    A row written by an older daemon has only its sentence: it is shown as written, its fields are unknown.
+    """
+    text = reasons.app_row(d, d.get("round_fairness_knob"))
+    outcome = d.get("outcome")
+    won = outcome == Outcome.WON
+    return {"rho_before": d["rho_before"], "rho_after": d["rho_after"],
+            "reason": text if text is not None else d["reason"] or "", "outcome": outcome,
+            "offered": None if outcome is None else outcome in (Outcome.LOST, Outcome.WON),
+            "bid": None if outcome is None else bool(d.get("bid")), "rank": d.get("rank"),
+            "ranked": d.get("ranked"), "won_gpus": d.get("won_gpus") or 0,
+            "kept_gpus": d.get("kept_gpus") if won else None, "kept_by": d.get("kept_by") if won else None,
+            "leftover_gpus": d.get("leftover_gpus") or 0, "hidden_payment": d["payment"], "gpus": d["gpus"],
+            "reservation": _reservation(d)}
 
 
-def _num(rx: re.Pattern[str], text: str) -> int | None:
-    m = rx.search(text or "")
-    return int(m.group(1)) if m else None
+def _reservation(d: Row) -> Doc | None:
+    note = reasons.note_of(d)
+    if note is None:
+        return None
+    return {"job": note.job_id, "gpus": note.gpus, "held": note.held, "start_in_s": note.start_in_s,
+            "started": note.started}
 
 
 def _explain_rounds(ctx: Context, job_id: str, app: str) -> list[Doc]:
@@ -375,15 +394,11 @@ def _explain_rounds(ctx: Context, job_id: str, app: str) -> list[Doc]:
                                               "trigger": d["round_trigger"], "mode": d["round_mode"],
                                               "app": None, "job": []})
         if d["action"] == "app":
-            reason = d["reason"] or ""
-            r["app"] = {"rho_before": d["rho_before"], "rho_after": d["rho_after"], "reason": reason,
-                        "offered": not reason.startswith("not offered") and reason != "nothing waiting",
-                        "bid": reason.startswith("bid"), "rank": _num(_RANK, reason),
-                        "won_gpus": _num(_WON, reason) or 0, "kept_gpus": _num(_KEPT, reason),
-                        "leftover_gpus": _num(_LEFTOVER, reason) or 0,
-                        "hidden_payment": d["payment"], "gpus": d["gpus"]}
+            r["app"] = _app_round(d)
         else:
-            r["job"].append({"action": d["action"], "reason": d["reason"], "gpus": d["gpus"],
+            text = reasons.job_row(d, d.get("round_fairness_knob"))
+            r["job"].append({"action": d["action"], "reason": text if text is not None else d["reason"],
+                             "source": d.get("source"), "cause": d.get("cause"), "gpus": d["gpus"],
                              "nodes": d["nodes"], "lease_end": d["lease_expiry"]})
     return [rounds[k] for k in sorted(rounds, reverse=True)]
 

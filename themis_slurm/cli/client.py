@@ -10,9 +10,9 @@ readable (we are on the controller), the same views are built in-process from th
 plus one Slurm snapshot, and every document says ``source: database`` and how old the data is. Otherwise
 the error names the address and what to check.
 
-The config file is read leniently (plain YAML, only the keys we need) on purpose: a client must keep
-working against a daemon config that has keys it does not know yet; ``themis config check`` is the strict
-validator.
+The config file is read by themisd's own loader (``daemon.config.load_for_client``: the same checks and
+defaults), except that keys this version does not know are ignored: a client must keep working against a
+daemon config that has keys it does not know yet; ``themis config check`` is the strict validator.
 """
 
 from __future__ import annotations
@@ -27,19 +27,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
-import yaml
-
 from themis_slurm.api import views
 from themis_slurm.api.auth import AUTH_SCHEME, AuthError, encode_credential, local_identity
 from themis_slurm.api.cluster import CachedSnapshot
 from themis_slurm.api.db import StateReader, StateUnavailable, connect_ro
-from themis_slurm.api.estimates import finish_times
-from themis_slurm.api.server import DEFAULT_LISTEN
 from themis_slurm.api.slurmconf import read_slurm_conf
-from themis_slurm.daemon.config import safe_load
+from themis_slurm.daemon.config import DEFAULT_PATH, ApiConfig, Config, ConfigError, load_for_client
+from themis_slurm.daemon.planning import finish_times
 
-DEFAULT_CONFIG = Path("/etc/themis/themis.yaml")
-DEFAULT_STATE_DIR = "/var/lib/themis"
+DEFAULT_CONFIG = DEFAULT_PATH
 TIMEOUT_S = 10.0
 
 
@@ -53,10 +49,15 @@ class Settings:
 
     url: str
     url_given: bool = False
-    db_path: Path = Path(DEFAULT_STATE_DIR) / "themis.db"
+    db_path: Path = Config().db_path
     slurm_conf: str | None = None
     partitions: tuple[str, ...] = ("gpu",)
     notes: tuple[str, ...] = field(default_factory=tuple)
+    config: Config = field(default_factory=Config)  # the whole file, as themisd reads it
+
+    def estimator(self, snap: Any, jobs: Any, apps: Any, now: float | None = None) -> dict[str, tuple[float, float]]:
+        """The daemon's finish-time estimates under this config (injected into the API views)."""
+        return finish_times(snap, jobs, apps, self.config, now)
 
 
 def _url_of(listen: str) -> str:
@@ -68,32 +69,32 @@ def _url_of(listen: str) -> str:
 
 
 def load_settings(config: Path | None, url: str | None) -> Settings:
-    """Settings from --config/--url. An explicit --config that cannot be read is an error; the default may be absent."""
+    """Settings from --config/--url, through themisd's own loader (daemon/config.py: same YAML, checks and
+    defaults). An explicit --config that cannot be used is an error; the default file may be absent."""
     path = config or Path(os.environ.get("THEMISD_CONFIG", DEFAULT_CONFIG))
-    data: Mapping[str, Any] = {}
+    cfg = Config()
     notes: list[str] = []
-    try:
-        loaded = safe_load(path.read_text())  # the daemon's loader: duplicate keys, 1e9 numbers
-        data = loaded if isinstance(loaded, Mapping) else {}
-    except FileNotFoundError:
+    if not path.exists():
         if config is not None:
-            raise CliError(f"config file {path} does not exist (give the right --config, or --url)") from None
-    except (OSError, yaml.YAMLError) as e:
-        if config is not None:
-            raise CliError(f"cannot read config file {path}: {e}") from None
-        notes.append(f"ignored {path}: {e}")
-    api = data.get("api") if isinstance(data.get("api"), Mapping) else {}
-    slurm = data.get("slurm") if isinstance(data.get("slurm"), Mapping) else {}
-    listen = str(api.get("listen") or DEFAULT_LISTEN)  # type: ignore[union-attr]
-    state_dir = str(data.get("state_dir") or DEFAULT_STATE_DIR)
-    parts = slurm.get("partitions") or ["gpu"]  # type: ignore[union-attr]
+            raise CliError(f"config file {path} does not exist (give the right --config, or --url)")
+        # a login node without the daemon's file: the defaults
+    else:
+        try:
+            cfg, ignored = load_for_client(path)
+            notes += ignored
+        except ConfigError as e:
+            if config is not None:
+                raise CliError(str(e)) from None
+            notes.append(f"ignored {e}")
+    listen = cfg.api.listen or ApiConfig.listen  # the API off in the file: still try the default address
     return Settings(
         url=(url or _url_of(listen)).rstrip("/"),
         url_given=url is not None,
-        db_path=Path(state_dir) / "themis.db",
-        slurm_conf=str(slurm.get("slurm_conf") or "") or None,  # type: ignore[union-attr]
-        partitions=tuple([parts] if isinstance(parts, str) else parts),
+        db_path=cfg.db_path,
+        slurm_conf=cfg.slurm.slurm_conf or None,
+        partitions=cfg.slurm.partitions,
         notes=tuple(notes),
+        config=cfg,
     )
 
 
@@ -152,7 +153,7 @@ class Client:
         viewer = views.make_viewer(local_identity((conf.slurm_user or "slurm",)), "", conf)
         with StateReader(db, str(self.s.db_path)) as state:
             ctx = views.Context(state, snap, viewer, conf, source="database", snapshot_error=snap_source.error,
-                                estimator=finish_times,
+                                estimator=self.s.estimator,
                                 warnings=[f"themisd not reachable at {self.s.url} ({why}): read "
                                           f"{self.s.db_path} directly"])
             view = views.route(path)

@@ -36,7 +36,8 @@ def serve_api(config: Path | None, listen: str | None, operators: tuple[str, ...
         sys.exit(1)
     address = listen or s.url.removeprefix("http://")
     try:
-        server = start_api_server(s.db_path, address, s.slurm_conf, partitions=s.partitions, operators=operators)
+        server = start_api_server(s.db_path, address, s.slurm_conf, partitions=s.partitions, operators=operators,
+                                  estimator=s.estimator)
     except (OSError, ValueError) as e:
         click.echo(f"themis serve-api: error: cannot listen on {address}: {e}", err=True)
         sys.exit(1)

@@ -6,7 +6,9 @@ name (a typo must not silently fall back to a default), and the whole file is ch
 used, so a bad reload keeps the previous configuration in force. daemon/themis.yaml is the annotated
 example; docs/admin-guide.md has the reference.
 
-The YAML is read by :func:`safe_load` (also used by the `themis` CLI), PyYAML's safe loader with two
+This module is the one loader of themis.yaml: themisd uses :func:`load`, the `themis` CLI and the
+standalone API :func:`load_for_client` (the same checks and defaults, minus unknown keys). The YAML is
+read by :func:`safe_load`, PyYAML's safe loader with two
 fixes: a key given twice in one mapping is an error naming both lines (YAML 1.1 would silently keep the
 last), and ``1e9``, ``1e-3``, ``5E2``, ``1.5e3`` are numbers (YAML 1.1 reads them as strings). Every
 interval and duration has a lower bound (:data:`BOUNDS`, documented in daemon/themis.yaml): a value that
@@ -24,9 +26,11 @@ from typing import Any
 
 import yaml
 
+from themis_slurm.api.server import DEFAULT_LISTEN
+from themis_slurm.core.arbiter import SOLVERS, ArbiterConfig
+
 DEFAULT_PATH = Path("/etc/themis/themis.yaml")
 MODES = ("enforce", "observe")
-SOLVERS = ("auto", "exact", "fast")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 BACKENDS = ("auto", "cli", "pyslurm")  # slurm.backend: see themis_slurm/slurm/backends.py
 
@@ -82,22 +86,43 @@ def safe_load(text: str) -> Any:
     return yaml.load(text, Loader=ThemisLoader)  # a SafeLoader subclass: no arbitrary objects
 
 
+_CORE = ArbiterConfig()  # the core's defaults: the one place the mechanism's knobs are defined
+
+
 @dataclass(frozen=True)
 class SchedulerConfig:
-    """Themis's knobs: lease length, preemption timing and the arbiter's own settings."""
+    """Themis's knobs: lease length, preemption timing, and every knob of the core's ArbiterConfig.
 
-    lease_minutes: float = 10.0
+    The arbiter's knobs default to :class:`~themis_slurm.core.arbiter.ArbiterConfig`'s own values (never
+    repeated here); the shipped daemon/themis.yaml sets ``restart_cost_s: 60`` for a Slurm site (a
+    requeue through the controller costs more than the core's 30 s).
+    """
+
+    lease_minutes: float = _CORE.lease_s / 60.0
     grace_s: float = 60.0
     min_runtime_s: float = 120.0
-    fairness_knob: float = 0.8
-    solver: str = "auto"
+    fairness_knob: float = _CORE.fairness_knob
+    solver: str = _CORE.solver
     release_timeout_s: float = 60.0
-    restart_cost_s: float = 60.0
-    reserve_wide_gangs: bool = False
+    exact_max_bidders: int = _CORE.exact_max_bidders
+    exact_max_gpus: int = _CORE.exact_max_gpus
+    idle_throughput: float = _CORE.idle_throughput
+    hidden_payments: bool = _CORE.hidden_payments
+    seed: int = _CORE.seed
+    restart_cost_s: float = _CORE.restart_cost_s
+    reserve_wide_gangs: bool = _CORE.reserve_wide_gangs
 
     @property
     def lease_s(self) -> float:
         return self.lease_minutes * 60.0
+
+    def arbiter(self) -> ArbiterConfig:
+        """The core's config for a round: the one place themis.yaml's scheduler section meets the core."""
+        return ArbiterConfig(fairness_knob=self.fairness_knob, lease_s=self.lease_s, solver=self.solver,
+                             exact_max_bidders=self.exact_max_bidders, exact_max_gpus=self.exact_max_gpus,
+                             idle_throughput=self.idle_throughput, hidden_payments=self.hidden_payments,
+                             seed=self.seed, restart_cost_s=self.restart_cost_s,
+                             reserve_wide_gangs=self.reserve_wide_gangs)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -138,7 +163,7 @@ class MetricsConfig:
 class ApiConfig:
     """The read-only status API (themis_slurm.api) that themisd serves for `themis status/explain`."""
 
-    listen: str = "127.0.0.1:8787"
+    listen: str = DEFAULT_LISTEN  # the API server's own default
     operators: tuple[str, ...] = ()
 
 
@@ -279,6 +304,28 @@ def knob(v: Any) -> float:
     return x
 
 
+def integer(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise _Bad("an integer")
+    return v
+
+
+def count(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise _Bad("an integer >= 0")
+    return v
+
+
+def fraction(v: Any) -> float:
+    try:
+        x = _number(v)
+    except _Bad:
+        raise _Bad("a number in (0, 1]") from None
+    if not 0 < x <= 1:
+        raise _Bad("a number in (0, 1]")
+    return x
+
+
 def one_of(choices: tuple[str, ...]) -> Check:
     def check(v: Any) -> str:
         if not isinstance(v, str) or v.lower() not in choices:
@@ -336,6 +383,11 @@ _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
         "release_timeout_s": at_least("scheduler.release_timeout_s", positive),
         "restart_cost_s": at_least("scheduler.restart_cost_s", non_negative),
         "reserve_wide_gangs": boolean,
+        "exact_max_bidders": count,
+        "exact_max_gpus": count,
+        "idle_throughput": fraction,
+        "hidden_payments": boolean,
+        "seed": integer,
     }),
     "estimates": (EstimatesConfig, {"default_s": at_least("estimates.default_s", positive),
                                     "min_s": at_least("estimates.min_s", positive),
@@ -406,19 +458,47 @@ def _checked(source: str, key: str, value: Any, check: Check) -> Any:
         raise ConfigError(f"{source}: {key}: value {_shown(value)} {bad.phrase}") from None
 
 
-def load(file: str | Path = DEFAULT_PATH) -> Config:
-    """Reads and validates `file`; every failure (missing, unreadable, bad YAML, bad value) is a ConfigError."""
-    p = Path(file)
+def _read(p: Path) -> Any:
+    """The decoded YAML of `p`; every failure (missing, unreadable, bad YAML) is a ConfigError."""
     try:
         text = p.read_text()
     except OSError as e:
         raise ConfigError(f"{p}: cannot read: {e.strerror or e}") from None
     try:
-        data = safe_load(text)
+        return safe_load(text)
     except DuplicateKeyError as e:
         raise ConfigError(f"{p}: {e}") from None
     except yaml.YAMLError as e:
         where = getattr(e, "problem_mark", None)
         at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
         raise ConfigError(f"{p}: not valid YAML{at}: {getattr(e, 'problem', None) or e}") from None
-    return parse(data, source=str(p))
+
+
+def load(file: str | Path = DEFAULT_PATH) -> Config:
+    """Reads and validates `file`; every failure (missing, unreadable, bad YAML, bad value) is a ConfigError."""
+    p = Path(file)
+    return parse(_read(p), source=str(p))
+
+
+def load_for_client(file: str | Path = DEFAULT_PATH) -> tuple[Config, tuple[str, ...]]:
+    """The config as a client of themisd reads it (the `themis` CLI, ``themis serve-api``): :func:`load`,
+    except that keys this version does not know are left out (and named in the returned notes), so a
+    client keeps working against a newer daemon's file. Same YAML, same checks, same defaults."""
+    p = Path(file)
+    data = _read(p)
+    notes: list[str] = []
+    if isinstance(data, Mapping):
+        kept: dict[Any, Any] = {}
+        for key, value in data.items():
+            if key in _TOP:
+                kept[key] = value
+            elif key in _SECTIONS and isinstance(value, Mapping):
+                checks = _SECTIONS[key][1]
+                kept[key] = {k: v for k, v in value.items() if k in checks}
+                notes += [f"{p}: {key}.{k}: unknown key ignored" for k in value if k not in checks]
+            elif key in _SECTIONS:
+                kept[key] = value
+            else:
+                notes.append(f"{p}: {key}: unknown key ignored")
+        data = kept
+    return parse(data, source=str(p)), tuple(notes)

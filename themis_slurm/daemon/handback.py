@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from themis_slurm.daemon.config import Config
-from themis_slurm.daemon.state import Store
+from themis_slurm.daemon.store import Store
 from themis_slurm.slurm.model import SlurmBackend
 
 log = logging.getLogger("themisd")

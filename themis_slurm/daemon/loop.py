@@ -19,7 +19,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from themis_slurm.core.arbiter import ArbiterConfig, run_round
+from themis_slurm import reasons
+from themis_slurm.api.cluster import held_for_granted
+from themis_slurm.core.arbiter import run_round
 from themis_slurm.core.decision import Decision
 from themis_slurm.daemon.config import Config
 from themis_slurm.daemon.estimates import done_and_work
@@ -29,14 +31,13 @@ from themis_slurm.daemon.planning import (
     account,
     advance_apps,
     build_round,
+    instead_of_migrations,
     intents_after,
-    renew_in_place,
-    reserve,
     round_due,
     startable,
 )
 from themis_slurm.daemon.reconcile import Fix, reconcile
-from themis_slurm.daemon.state import AppRow, JobRow, Store
+from themis_slurm.daemon.store import AppRow, JobRow, Store
 from themis_slurm.slurm.model import ManagedJob, SlurmBackend, Snapshot
 
 log = logging.getLogger("themisd")
@@ -268,58 +269,58 @@ class Daemon:
     def _round(self, inp: RoundInput, trigger: str, jobs: Mapping[str, ManagedJob], rows: dict[str, JobRow],
                apps: Mapping[str, AppRow], now: float) -> dict[str, object]:
         cfg = self.cfg
-        arb = ArbiterConfig(fairness_knob=cfg.scheduler.fairness_knob, lease_s=cfg.scheduler.lease_s,
-                            solver=cfg.scheduler.solver, restart_cost_s=cfg.scheduler.restart_cost_s,
-                            reserve_wide_gangs=cfg.scheduler.reserve_wide_gangs)  # fmt: skip
         t0 = self.perf()
         try:
-            decision = run_round(inp.state, arb)
+            decision = run_round(inp.state, cfg.scheduler.arbiter())
         except Exception:
             log.exception("arbiter round failed (trigger: %s); state kept, retried next cycle", trigger)
             return {}
         latency = self.perf() - t0
         self._last_signature = inp.signature
-        new_rows = intents_after(decision, rows, cfg, now)
         mode = cfg.mode
-        in_place = renew_in_place(decision, rows) if mode == "enforce" else {}
+        in_place = instead_of_migrations(decision, rows) if mode == "enforce" else {}
+        new_rows = intents_after(decision, rows, cfg, now, in_place)
+        knob = cfg.scheduler.fairness_knob
         standing = [r.rho_before for r in decision.apps.values() if math.isfinite(r.rho_before)]
         with self.store.tx():
             rid = self.store.add_round(now, mode, trigger, decision.solver, decision.offered_gpus,
                                        len(decision.grants), len(decision.renewals), len(decision.preemptions),
-                                       latency, max(standing, default=None))  # fmt: skip
+                                       latency, max(standing, default=None), knob)  # fmt: skip
             recs = decision.apps
             for g in decision.grants:
                 rec = recs.get(g.app_id)
-                self.store.add_decision(rid, now, g.app_id, g.job_id, "grant", f"{g.source}: {rec.reason if rec else ''}",
-                                        rec.rho_before if rec else None, rec.rho_after if rec else None,
-                                        rec.payment_fraction if rec else None, len(g.gpus), g.nodes, g.lease_expiry)
+                self.store.add_decision(rid, now, g.app_id, g.job_id, "grant", rho_before=rec.rho_before if rec else None,
+                                        rho_after=rec.rho_after if rec else None,
+                                        payment=rec.payment_fraction if rec else None, gpus=len(g.gpus),
+                                        nodes=g.nodes, lease_expiry=g.lease_expiry, record=rec, source=g.source)
             for r in decision.renewals:
                 rec = recs.get(r.app_id)
-                self.store.add_decision(rid, now, r.app_id, r.job_id, "renewal", r.reason,
-                                        rec.rho_before if rec else None, rec.rho_after if rec else None,
-                                        None, len(r.gpus), None, r.lease_expiry)
+                self.store.add_decision(rid, now, r.app_id, r.job_id, "renewal", rho_before=rec.rho_before if rec else None,
+                                        rho_after=rec.rho_after if rec else None, gpus=len(r.gpus),
+                                        lease_expiry=r.lease_expiry, cause=r.cause, cut_s=r.cut_s)
             for p in decision.preemptions:
                 rec = recs.get(p.app_id)
-                self.store.add_decision(rid, now, p.app_id, p.job_id, "preemption", p.reason,
-                                        rec.rho_before if rec else None, rec.rho_after if rec else None,
-                                        None, len(p.gpus))
+                self.store.add_decision(rid, now, p.app_id, p.job_id, "preemption",
+                                        rho_before=rec.rho_before if rec else None,
+                                        rho_after=rec.rho_after if rec else None, gpus=len(p.gpus), cause=p.cause)
             for rec in recs.values():
-                self.store.add_decision(rid, now, rec.app_id, None, "app", rec.reason, rec.rho_before,
-                                        rec.rho_after, rec.payment_fraction, rec.won_gpus + rec.leftover_gpus)
+                self.store.add_decision(rid, now, rec.app_id, None, "app", rho_before=rec.rho_before,
+                                        rho_after=rec.rho_after, payment=rec.payment_fraction,
+                                        gpus=rec.won_gpus + rec.leftover_gpus, record=rec)
                 app = apps.get(rec.app_id)
                 if app is not None:
                     self.store.put_app(replace(app, rho=rec.rho_after))
-            for y, g in in_place.items():
-                self.store.add_decision(rid, now, g.app_id, y, "renewal",
-                                        f"renewed in place instead of moving job {g.job_id} onto its GPUs",
-                                        gpus=len(g.gpus), lease_expiry=g.lease_expiry)
+            for y, ip in in_place.items():
+                r = ip.renewal
+                self.store.add_decision(rid, now, r.app_id, y, "renewal", gpus=len(r.gpus),
+                                        lease_expiry=r.lease_expiry, cause=r.cause, instead_of=ip.instead_of)
             for row in new_rows.values():
                 self.store.put_job(row)
         rows.update(new_rows)
-        self._log_decision(decision, trigger, latency, mode)
-        for y, g in in_place.items():
+        self._log_decision(decision, trigger, latency, mode, knob)
+        for y, ip in in_place.items():
             log.info("renew app=%s job=%s in place instead of moving job %s onto its GPUs "
-                     "(one preemption instead of two)", g.app_id, y, g.job_id)
+                     "(one preemption instead of two)", ip.renewal.app_id, y, ip.instead_of)
 
         m = self.metrics
         m.rounds.labels(mode).inc()
@@ -349,35 +350,36 @@ class Daemon:
         return dict(round_s=latency, grants=len(decision.grants), renewals=len(decision.renewals),
                     preemptions=len(decision.preemptions), decision=decision)
 
-    def _log_decision(self, d: Decision, trigger: str, latency: float, mode: str) -> None:
+    def _log_decision(self, d: Decision, trigger: str, latency: float, mode: str, knob: float) -> None:
+        """One line per decision, in words made by themis_slurm.reasons from the Decision's typed fields."""
         verb = "" if mode == "enforce" else "would "
         log.info("round (%s) solver=%s offered=%d grants=%d renewals=%d preemptions=%d reserved=%d in %.3fs%s",
                  trigger, d.solver, d.offered_gpus, len(d.grants), len(d.renewals), len(d.preemptions),
                  len(d.reserved_gpus), latency, "" if mode == "enforce" else " [observe: nothing applied]")
-        for aid, rec in d.apps.items():
-            if "reserved for job" in rec.reason:
-                log.info("%sreserve app=%s: %s", verb, aid, rec.reason.rsplit("; ", 1)[-1])
         recs = d.apps
+        for aid, rec in recs.items():
+            if reasons.holds_gpus_idle(rec.reservation):
+                log.info("%sreserve app=%s: %s", verb, aid, reasons.reservation(rec.reservation))
         for g in d.grants:
             rec = recs.get(g.app_id)
             log.info("%sgrant app=%s job=%s gpus=%d nodes=%s planned_level=%s lease_until=%s reason=%s: %s", verb,
                      g.app_id, g.job_id, len(g.gpus), _nodes(g.nodes), g.level, _t(g.lease_expiry), g.source,
-                     rec.reason if rec else "")
+                     reasons.app_record(rec, knob) if rec else "")
         for r in d.renewals:
             log.info("%srenew app=%s job=%s gpus=%d lease_until=%s reason=%s", verb, r.app_id, r.job_id,
-                     len(r.gpus), _t(r.lease_expiry), r.reason)
+                     len(r.gpus), _t(r.lease_expiry), reasons.renewal(r))
         for p in d.preemptions:
             rec = recs.get(p.app_id)
             log.info("%spreempt app=%s job=%s gpus=%d reason=%s (rho %.3f)", verb, p.app_id, p.job_id,
-                     len(p.gpus), p.reason, rec.rho_before if rec else float("nan"))
+                     len(p.gpus), reasons.preemption_cause(p.cause), rec.rho_before if rec else float("nan"))
 
     # ------------------------------------------------------------------------------------------ starts
     def _start_granted(self, snap: Snapshot, jobs: Mapping[str, ManagedJob], rows: dict[str, JobRow],
                        now: float) -> None:
         """Pin and release every granted job whose nodes have room now (intent `starting` first)."""
-        reserved = reserve(snap, rows.values(), jobs)
+        held = held_for_granted(snap, rows.values())
         starting = [replace(rows[jid], intent="starting", release_time=now)
-                    for jid in startable(reserved, rows, snap.topology)
+                    for jid in startable(held, rows, snap.topology)
                     if jid in jobs and jobs[jid].state == "PENDING"]  # fmt: skip
         with self.store.tx():  # all intents first, in one commit; then the (idempotent) starts
             self.store.put_jobs(starting)
@@ -390,7 +392,7 @@ class Daemon:
     # ------------------------------------------------------------------------------------------ metrics
     def _metrics(self, snap: Snapshot, inp: RoundInput, rows: Mapping[str, JobRow],
                  apps: Mapping[str, AppRow]) -> None:
-        reserved = set().union(*inp.reserved.values()) if inp.reserved else set()
+        reserved = set().union(*inp.held.values()) if inp.held else set()
         managed_used = set(snap.managed_used) or {g for m in snap.managed for g in m.gpu_ids}
         self.metrics.set_gpus({
             "total": snap.topology.size,

@@ -1,38 +1,45 @@
 """From snapshot and store to a round, and from a Decision back to intents (pure).
 
 * :func:`account` adds the service a running job attained since the last cycle and refreshes its estimate.
-* :func:`reserve` keeps GPUs for jobs that were granted but are not running yet. Slurm chooses GPU indices
-  inside a node, so a reservation is a per-node count; the ids it holds are the granted ones while they
-  are free, else other free ids of the same node.
-* :func:`build_round` makes the core's ClusterState: free GPUs are the snapshot's free GPUs minus
-  reservations; running managed jobs hold leases (a lease never ends before ``min_runtime_s`` of run time);
+* GPUs held for jobs that were granted but are not running yet come from
+  :func:`themis_slurm.api.cluster.held_for_granted` (one definition for the round, the metrics and the API).
+* :func:`build_round` makes the core's ClusterState: free GPUs are the snapshot's free GPUs minus those
+  held for granted jobs; running managed jobs hold leases (a lease never ends before ``min_runtime_s``);
   jobs in transition (granted, starting, being warned or requeued, completing) hold their GPUs with a lease
   that never expires, so the round neither offers their GPUs nor plans them twice, while their throughput
   still counts in their app's rho.
 * :func:`round_due` says whether a round can decide anything: a lease expired, or GPUs are free while work
   waits and that situation changed since the last round (so an idle cluster, or one where nothing fits,
   costs one comparison per cycle).
-* :func:`intents_after` turns a Decision into the new rows; :func:`startable` says which granted jobs can
-  be started now (every node they were granted has room).
+* :func:`instead_of_migrations` turns a migration onto a preempted holder's GPUs into that holder's
+  renewal (the daemon does not migrate); :func:`intents_after` turns a Decision into the new rows;
+  :func:`startable` says which granted jobs can be started now (every node they were granted has room).
+* :func:`finish_times` rebuilds a round's input read-only for the API's T_id/T_sh (injected into it).
 """
 
 from __future__ import annotations
 
+import logging
 import math
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
-from themis_slurm.core.decision import Decision, Grant
+from themis_slurm.api.cluster import held_for_granted
+from themis_slurm.core.decision import Decision, Renewal, RenewalCause
+from themis_slurm.core.fairness import FairnessModel, app_throughput
 from themis_slurm.core.placement import get_profile
 from themis_slurm.core.state import ClusterState
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import App, Lease
 from themis_slurm.daemon.config import Config
 from themis_slurm.daemon.estimates import checked_progress, core_job, done_and_work, estimate, profile_of
-from themis_slurm.daemon.state import AppRow, JobRow
+from themis_slurm.daemon.store import AppRow, JobRow, app_row, job_row
 from themis_slurm.slurm.eligibility import ineligible
 from themis_slurm.slurm.model import ManagedJob, Snapshot
 
+log = logging.getLogger("themisd")
 TRANSITIONAL = ("granted", "starting", "warning", "warned", "requeueing")
 FOREVER = math.inf
 
@@ -97,33 +104,11 @@ def advance_apps(apps: Mapping[str, AppRow], jobs: Iterable[ManagedJob], now: fl
     return out
 
 
-# ---------------------------------------------------------------------------------------- reservations
-def reserve(snapshot: Snapshot, rows: Iterable[JobRow], jobs: Mapping[str, ManagedJob]) -> dict[str, frozenset[int]]:
-    """GPUs kept for granted/starting jobs Slurm does not show running yet, oldest grant first."""
-    topo = snapshot.topology
-    avail = set(snapshot.free)
-    out: dict[str, frozenset[int]] = {}
-    pending = [r for r in rows if r.intent in ("starting", "granted")
-               and r.job_id in jobs and jobs[r.job_id].state != "RUNNING"]  # fmt: skip
-    # released jobs first: Slurm may start them any moment; then grants in the order they were made
-    pending.sort(key=lambda r: (r.intent != "starting", r.grant_time or 0.0, r.job_id))
-    for r in pending:
-        got: set[int] = set()
-        for node, count in sorted(r.planned_nodes.items()):
-            on_node = topo.node_gpus.get(node, ())
-            first = [g for g in on_node if g in r.planned_gpus and g in avail]
-            rest = [g for g in on_node if g not in r.planned_gpus and g in avail]
-            take = (first + rest)[:count]
-            got.update(take)
-            avail.difference_update(take)
-        out[r.job_id] = frozenset(got)
-    return out
-
-
-def startable(reserved: Mapping[str, frozenset[int]], rows: Mapping[str, JobRow], topo: Topology) -> list[str]:
-    """Granted jobs whose reservation is complete on every node, in grant order."""
+# ---------------------------------------------------------------------------------------- granted jobs
+def startable(held: Mapping[str, frozenset[int]], rows: Mapping[str, JobRow], topo: Topology) -> list[str]:
+    """Granted jobs whose held GPUs are complete on every node, in grant order."""
     out = []
-    for jid, gpus in reserved.items():
+    for jid, gpus in held.items():
         row = rows[jid]
         if row.intent != "granted":
             continue
@@ -140,7 +125,7 @@ class RoundInput:
     state: ClusterState
     waiting: frozenset[str]
     expired: frozenset[str]
-    reserved: Mapping[str, frozenset[int]]
+    held: Mapping[str, frozenset[int]]    # GPUs held for granted jobs not running yet (held_for_granted)
     leased: frozenset[int]
     ineligible: Mapping[str, str] = field(default_factory=dict)  # waiting jobs Slurm would not start -> why
 
@@ -160,7 +145,7 @@ def build_round(snapshot: Snapshot, rows: Mapping[str, JobRow], apps: Mapping[st
     topo = snapshot.topology
     jobs = {m.job_id: m for m in snapshot.managed}
     enforce = cfg.mode == "enforce"
-    reserved = reserve(snapshot, rows.values(), jobs)
+    held = held_for_granted(snapshot, rows.values())
     busy = {jid for jid, r in rows.items() if r.intent in ("granted", "starting")}
     blocked = ineligible(snapshot.managed, busy, learned)
     used: set[int] = set()
@@ -190,7 +175,7 @@ def build_round(snapshot: Snapshot, rows: Mapping[str, JobRow], apps: Mapping[st
             if expiry <= now:
                 expired.add(jid)
         elif row.intent in ("granted", "starting") and mj.state != "RUNNING":
-            lease = Lease(jid, claim(reserved.get(jid, ())), now, FOREVER)
+            lease = Lease(jid, claim(held.get(jid, ())), now, FOREVER)
             preemptible = False
         elif row.intent == "waiting" and mj.state == "PENDING" and (mj.held or not enforce):
             if jid in blocked:
@@ -219,7 +204,7 @@ def build_round(snapshot: Snapshot, rows: Mapping[str, JobRow], apps: Mapping[st
     cluster_gpus = max(1, all_gpus - len(snapshot.unavailable))
     state = ClusterState(topo, now, free, tuple(leases), tuple(app_objs), cluster_gpus=cluster_gpus)
     waiting_blocked = {jid: why for jid, why in blocked.items() if jid in rows and rows[jid].intent == "waiting"}
-    return RoundInput(state, frozenset(waiting), frozenset(expired), reserved, frozenset(used), waiting_blocked)
+    return RoundInput(state, frozenset(waiting), frozenset(expired), held, frozenset(used), waiting_blocked)
 
 
 def round_due(inp: RoundInput, last_signature: object) -> str | None:
@@ -232,17 +217,27 @@ def round_due(inp: RoundInput, last_signature: object) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------- decision -> rows
-def renew_in_place(decision: Decision, rows: Mapping[str, JobRow]) -> dict[str, Grant]:
-    """Migrations that land exactly on the home of a preempted job of the same app and size.
+@dataclass(frozen=True)
+class InPlace:
+    """A renewal themisd makes instead of a migration the round decided (see :func:`instead_of_migrations`)."""
 
-    The arbiter may move job X onto the GPUs of job Y (same app) while preempting Y: two restarts where
-    renewing Y in place and preempting X gives the app the same GPUs with one. Since the daemon does not
-    migrate (a migration is a preemption now and a grant later), such a grant becomes Y's renewal.
-    Returns {Y: the grant that now renews it}.
+    renewal: Renewal  # Y keeps its GPUs (cause RenewalCause.IN_PLACE)
+    instead_of: str   # X, the lease holder the round moved onto Y's GPUs (preempted now, as every migration)
+
+
+def instead_of_migrations(decision: Decision, rows: Mapping[str, JobRow]) -> dict[str, InPlace]:
+    """Migrations onto the home of a preempted job of the same app and size become that job's renewal.
+
+    The daemon does not migrate: a migration (a lease holder X moved to other GPUs) is a preemption of X
+    now and a grant in a later round. When the round moves X exactly onto the GPUs of a holder Y of the
+    same app that it preempts, renewing Y in place gives the app the same GPUs with one preemption instead
+    of two. This is the daemon-only case the core's keep-in-place phase (core.keep_in_place) does not
+    cover: the core swaps a *waiting* job X landing on Y's home, but leaves a *moving holder* X alone,
+    since in the core a migration is one atomic move. Returns {Y: InPlace}.
     """
     granted = {g.job_id for g in decision.grants}
     homes = {p.job_id: p.gpus for p in decision.preemptions if p.job_id not in granted}
-    out: dict[str, Grant] = {}
+    out: dict[str, InPlace] = {}
     for g in decision.grants:
         if not g.migrated:
             continue
@@ -250,13 +245,17 @@ def renew_in_place(decision: Decision, rows: Mapping[str, JobRow]) -> dict[str, 
             row = rows.get(y)
             if (y not in out and home == g.gpus and row is not None and row.intent == "running"
                     and row.app_key == g.app_id and row.gpus == len(g.gpus)):
-                out[y] = g
+                renewal = Renewal(job_id=y, app_id=g.app_id, gpus=g.gpus, lease_expiry=g.lease_expiry, reason="",
+                                  cause=RenewalCause.IN_PLACE)  # reason: the core's prose, unused outside it
+                out[y] = InPlace(renewal, g.job_id)
                 break
     return out
 
 
-def intents_after(decision: Decision, rows: Mapping[str, JobRow], cfg: Config, now: float) -> dict[str, JobRow]:
-    """The rows a decision changes. Observe mode only moves leases forward (rounds at lease pace)."""
+def intents_after(decision: Decision, rows: Mapping[str, JobRow], cfg: Config, now: float,
+                  in_place: Mapping[str, InPlace] | None = None) -> dict[str, JobRow]:
+    """The rows a decision changes; `in_place`: the enforce-mode :func:`instead_of_migrations` (computed
+    once by the caller). Observe mode only moves leases forward (rounds at lease pace)."""
     out: dict[str, JobRow] = {}
     lease_s = cfg.scheduler.lease_s
     if cfg.mode != "enforce":
@@ -267,14 +266,14 @@ def intents_after(decision: Decision, rows: Mapping[str, JobRow], cfg: Config, n
             if p.job_id in rows and rows[p.job_id].intent == "running":
                 out[p.job_id] = replace(rows[p.job_id], lease_start=now, lease_expiry=now + lease_s)
         return out
-    in_place = renew_in_place(decision, rows)
+    in_place = in_place if in_place is not None else instead_of_migrations(decision, rows)
     preempted = {p.job_id for p in decision.preemptions} - set(in_place)
     for p in decision.preemptions:
         row = rows.get(p.job_id)
         if row is not None and row.intent == "running" and p.job_id in preempted:
             out[p.job_id] = replace(row, intent="warning")
-    for jid, g in in_place.items():
-        out[jid] = replace(rows[jid], lease_start=now, lease_expiry=g.lease_expiry)
+    for jid, ip in in_place.items():
+        out[jid] = replace(rows[jid], lease_start=now, lease_expiry=ip.renewal.lease_expiry)
     for r in decision.renewals:
         row = rows.get(r.job_id)
         if row is not None and row.intent == "running" and r.job_id not in preempted:
@@ -287,3 +286,35 @@ def intents_after(decision: Decision, rows: Mapping[str, JobRow], cfg: Config, n
                                 grant_time=now, lease_start=None, lease_expiry=g.lease_expiry,
                                 release_time=None)  # fmt: skip
     return out
+
+
+# ---------------------------------------------------------------------------------------- finish times
+def finish_times(snap: Snapshot, jobs: Iterable[Mapping[str, Any]], apps: Iterable[Mapping[str, Any]],
+                 cfg: Config | None = None, now: float | None = None) -> dict[str, tuple[float, float]]:
+    """{app_key: (T_id seconds, T_sh seconds)} of each app *now*, under its current allocation.
+
+    The database keeps each app's rho after the last round but not its two finish-time estimates, so the
+    round's input is rebuilt from the snapshot and the stored rows (plain dicts, as api.db reads them)
+    with the round's own code (read-only) and the core's FairnessModel is asked. The API gets this
+    function injected (themisd, the CLI): it does not import the daemon. Best effort: any failure gives
+    no estimates rather than a failed request.
+    """
+    cfg = cfg or Config()
+    now = time.time() if now is None else now
+    try:
+        rows = {r["job_id"]: job_row(r) for r in jobs}
+        app_rows = {a["app_key"]: app_row(a) for a in apps}
+        inp = build_round(snap, rows, {k: a for k, a in app_rows.items() if a.active}, cfg, now)
+        state = inp.state
+        model = FairnessModel(state.topology, state.cluster_gpus or state.topology.size,
+                              cfg.scheduler.idle_throughput)
+        holdings = {lease.job_id: lease.gpus for lease in state.leases}
+        out = {}
+        for app in state.apps:
+            jobs_of = {j.id: j for j in app.jobs}
+            x = app_throughput(jobs_of, {j: g for j, g in holdings.items() if j in jobs_of}, state.topology)
+            out[app.id] = (model.t_id(app), model.t_sh(app, now, x))
+        return out
+    except Exception as e:  # estimates are a convenience: never fail the request for them
+        log.debug("finish-time estimates unavailable: %s", e)
+        return {}

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 
 from themis_slurm.daemon.config import Config
 from themis_slurm.daemon.estimates import estimate
-from themis_slurm.daemon.state import JobRow
+from themis_slurm.daemon.store import JobRow
 from themis_slurm.slurm.model import ManagedJob
 
 #: Backend actions a Fix may ask for (SlurmBackend method names).

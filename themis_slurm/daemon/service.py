@@ -21,13 +21,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from themis_slurm.api import start_api_server
 from themis_slurm.daemon import config as config_mod
 from themis_slurm.daemon.config import Config, ConfigError
 from themis_slurm.daemon.handback import read_job_submit_mode
 from themis_slurm.daemon.loop import Daemon
 from themis_slurm.daemon.metrics import Metrics
+from themis_slurm.daemon.planning import finish_times
 from themis_slurm.daemon.sdnotify import Notifier
-from themis_slurm.daemon.state import open_store
+from themis_slurm.daemon.store import open_store
 from themis_slurm.slurm.model import SlurmBackend
 
 log = logging.getLogger("themisd")
@@ -164,12 +166,12 @@ class Service:
         if not self.cfg.api.listen:
             return None
         try:
-            from themis_slurm.api import start_api_server
-
             server = start_api_server(self.cfg.db_path, self.cfg.api.listen, self.cfg.slurm.slurm_conf or None,
                                       partitions=self.cfg.slurm.partitions, operators=self.cfg.api.operators,
                                       snapshot=lambda: daemon.last_snapshot,
-                                      last_cycle=lambda: daemon.last_cycle_time)
+                                      last_cycle=lambda: daemon.last_cycle_time,
+                                      estimator=lambda snap, jobs, apps, now=None: finish_times(
+                                          snap, jobs, apps, daemon.cfg, now))
         except Exception as e:  # the scheduler must run even when the API cannot
             log.error("status API not started on %s: %s", self.cfg.api.listen, e)
             return None

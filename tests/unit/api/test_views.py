@@ -122,8 +122,8 @@ def test_explain_running_job(app: ApiApp) -> None:
     assert doc["app"]["rho"] == 1.4 and doc["app"]["rank"] == 2
     first = doc["rounds"][-1]
     assert first["app"]["bid"] and first["app"]["won_gpus"] == 2 and first["app"]["hidden_payment"] == 1.0
-    assert first["job"] == [{"action": "grant", "reason": "auction: bid (rank 1), won 2 GPU(s)", "gpus": 2,
-                             "nodes": {"node1": 2}, "lease_end": world.NOW + 40}]
+    assert first["job"] == [{"action": "grant", "reason": "auction: bid (rank 1), won 2 GPU(s)", "source": "auction",
+                             "cause": None, "gpus": 2, "nodes": {"node1": 2}, "lease_end": world.NOW + 40}]
     assert doc["placement"] == {"planned": {"node1": 2}, "granted": {"node1": 2}, "current": {"node1": 2}}
     assert doc["lease"]["remaining_s"] == 40
 
@@ -185,7 +185,7 @@ def test_database_is_opened_read_only(app: ApiApp) -> None:
 
 
 def test_explain_a_job_that_left_uses_the_audit_log(app: ApiApp, db) -> None:  # type: ignore[no-untyped-def]
-    from themis_slurm.daemon.state import Store
+    from themis_slurm.daemon.store import Store
 
     store = Store(db)
     with store.tx():
@@ -195,3 +195,20 @@ def test_explain_a_job_that_left_uses_the_audit_log(app: ApiApp, db) -> None:  #
     status, doc = get(app, "/v1/jobs/10/explain", ALICE)
     assert status == 200 and doc["job"]["intent"] == "gone"
     assert doc["summary"].startswith("no longer active") and doc["placement"]["granted"] == {"node1": 2}
+
+
+def test_explain_shows_rows_of_older_daemons_as_written(make_app: Callable[..., ApiApp], db) -> None:  # type: ignore[no-untyped-def]
+    """Rows written before schema v3 have only their sentence: shown verbatim, never parsed for fields."""
+    from themis_slurm.daemon.store import Store
+
+    store = Store(db)
+    with store.tx():
+        rid = store.add_round(world.NOW - 5, "enforce", "old", "fast", 2, 0, 0, 0, 0.001)
+        store.add_decision(rid, world.NOW - 5, "themis-bob/job-21", None, "app", "bid (rank 1) but won nothing",
+                           2.5, 2.5, None, 0)
+    store.close()
+    _, doc = get(make_app(), "/v1/jobs/21/explain", BOB)
+    old = doc["rounds"][0]["app"]
+    assert old["reason"] == "bid (rank 1) but won nothing"
+    assert (old["outcome"], old["rank"], old["bid"], old["offered"]) == (None, None, None, None)
+    assert doc["rounds"][1]["app"]["offered"] is True and doc["rounds"][1]["app"]["rank"] == 1

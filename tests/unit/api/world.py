@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from themis_slurm.core.decision import AppRecord, KeptBy, Outcome
 from themis_slurm.core.topology import Topology
-from themis_slurm.daemon.state import AppRow, JobRow, Store
+from themis_slurm.daemon.store import AppRow, JobRow, Store
 from themis_slurm.slurm.model import ManagedJob, Snapshot
 
 NOW = 1_700_000_000.0
@@ -60,6 +61,13 @@ def job_row(job_id: str, app: str, intent: str, gpus: int, **kw: object) -> JobR
                   work=600.0 * gpus, first_seen=NOW - 300, **kw)  # type: ignore[arg-type]
 
 
+def _rec(app: str, before: float, after: float, outcome: Outcome, rank: int, won: int = 0, kept: int = 0,
+         c: float | None = None, kept_by: KeptBy = KeptBy.ALL) -> AppRecord:
+    return AppRecord(app_id=app, rho_before=before, rho_after=after, rank=rank,
+                     bid=outcome in (Outcome.LOST, Outcome.WON), won_gpus=won, kept_gpus=kept, payment_fraction=c,
+                     outcome=outcome, ranked=3, kept_by=kept_by)
+
+
 def build_store(state_dir: Path) -> Path:
     """Writes the world into themis.db under state_dir with the daemon's own Store; returns the db path."""
     store = Store(state_dir / "themis.db")
@@ -75,18 +83,26 @@ def build_store(state_dir: Path) -> Path:
         store.put_job(job_row("20", b20, "running", 4, lease_start=NOW - 60, lease_expiry=NOW + 100,
                               planned_nodes={"node2": 4}, planned_gpus=frozenset({4, 5, 6, 7})))
         store.put_job(job_row("21", b21, "waiting", 2))
-        r1 = store.add_round(NOW - 60, "enforce", "8 free GPU(s), 3 waiting job(s)", "exact", 8, 2, 0, 0, 0.004)
-        store.add_decision(r1, NOW - 60, a_sweep, "10", "grant", "auction: bid (rank 1), won 2 GPU(s)",
-                           3.0, 1.4, 1.0, 2, {"node1": 2}, NOW + 40)
-        store.add_decision(r1, NOW - 60, a_sweep, None, "app", "bid (rank 1), won 2 GPU(s)", 3.0, 1.4, 1.0, 2)
-        store.add_decision(r1, NOW - 60, b20, "20", "grant", "auction: bid (rank 2), won 4 GPU(s)",
-                           2.0, 1.1, 0.8, 4, {"node2": 4}, NOW + 100)
-        store.add_decision(r1, NOW - 60, b20, None, "app",
-                           "bid (rank 2), won 4 GPU(s), kept 4 after hidden payment c=0.800", 2.0, 1.1, 0.8, 4)
-        store.add_decision(r1, NOW - 60, b21, None, "app", "not offered (rank 3 of 3; f=0.8)", 2.5, 2.5, None, 0)
-        r2 = store.add_round(NOW - 10, "enforce", "2 free GPU(s), 2 waiting job(s)", "fast", 2, 0, 0, 0, 0.002)
-        store.add_decision(r2, NOW - 10, b21, None, "app", "bid (rank 1) but won nothing", 2.5, 2.5, None, 0)
-        store.add_decision(r2, NOW - 10, a_sweep, None, "app", "bid (rank 2) but won nothing", 1.4, 1.4, None, 0)
+        r1 = store.add_round(NOW - 60, "enforce", "8 free GPU(s), 3 waiting job(s)", "exact", 8, 2, 0, 0, 0.004,
+                             fairness_knob=0.8)
+        sweep1 = _rec(a_sweep, 3.0, 1.4, Outcome.WON, 1, won=2, kept=2, c=1.0)
+        store.add_decision(r1, NOW - 60, a_sweep, "10", "grant", rho_before=3.0, rho_after=1.4, payment=1.0, gpus=2,
+                           nodes={"node1": 2}, lease_expiry=NOW + 40, record=sweep1, source="auction")
+        store.add_decision(r1, NOW - 60, a_sweep, None, "app", rho_before=3.0, rho_after=1.4, payment=1.0, gpus=2,
+                           record=sweep1)
+        b20_1 = _rec(b20, 2.0, 1.1, Outcome.WON, 2, won=4, kept=4, c=0.8, kept_by=KeptBy.PAYMENT)
+        store.add_decision(r1, NOW - 60, b20, "20", "grant", rho_before=2.0, rho_after=1.1, payment=0.8, gpus=4,
+                           nodes={"node2": 4}, lease_expiry=NOW + 100, record=b20_1, source="auction")
+        store.add_decision(r1, NOW - 60, b20, None, "app", rho_before=2.0, rho_after=1.1, payment=0.8, gpus=4,
+                           record=b20_1)
+        store.add_decision(r1, NOW - 60, b21, None, "app", rho_before=2.5, rho_after=2.5, gpus=0,
+                           record=_rec(b21, 2.5, 2.5, Outcome.NOT_OFFERED, 3))
+        r2 = store.add_round(NOW - 10, "enforce", "2 free GPU(s), 2 waiting job(s)", "fast", 2, 0, 0, 0, 0.002,
+                             fairness_knob=0.8)
+        store.add_decision(r2, NOW - 10, b21, None, "app", rho_before=2.5, rho_after=2.5, gpus=0,
+                           record=_rec(b21, 2.5, 2.5, Outcome.LOST, 1))
+        store.add_decision(r2, NOW - 10, a_sweep, None, "app", rho_before=1.4, rho_after=1.4, gpus=0,
+                           record=_rec(a_sweep, 1.4, 1.4, Outcome.LOST, 2))
         store.add_event(NOW - 5, "rehold", "released outside Themis: held again", "21", b21)
     store.close()
     return state_dir / "themis.db"

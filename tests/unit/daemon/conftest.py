@@ -11,7 +11,7 @@ import pytest
 from themis_slurm.core.topology import Topology
 from themis_slurm.daemon.config import Config, EstimatesConfig, SchedulerConfig, parse
 from themis_slurm.daemon.loop import Daemon
-from themis_slurm.daemon.state import Store
+from themis_slurm.daemon.store import Store
 
 from .fake_slurm import FakeSlurm
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
 import yaml
 from click.testing import CliRunner
 
+from themis_slurm.core.arbiter import ArbiterConfig
 from themis_slurm.daemon.config import BOUNDS, Config, ConfigError, load, parse, safe_load
 from themis_slurm.daemon.main import cli
 from themis_slurm.daemon.service import Service
@@ -44,7 +47,7 @@ def test_defaults_and_values() -> None:
     assert cfg.mode == "observe"
     assert cfg.scheduler.lease_s == 30.0
     assert cfg.slurm.partitions == ("gpu",)
-    assert (cfg.scheduler.restart_cost_s, cfg.scheduler.reserve_wide_gangs) == (60.0, False)
+    assert (cfg.scheduler.restart_cost_s, cfg.scheduler.reserve_wide_gangs) == (ArbiterConfig().restart_cost_s, False)
     on = parse({"scheduler": {"reserve_wide_gangs": True, "restart_cost_s": 0}}).scheduler
     assert (on.reserve_wide_gangs, on.restart_cost_s) == (True, 0.0)
     assert parse(None) == Config(source="themis.yaml")
@@ -70,6 +73,24 @@ def test_load_reports_yaml_errors_and_missing_files(tmp_path: Path) -> None:
 def test_annotated_example_is_valid() -> None:
     cfg = load(EXAMPLE)
     assert cfg.mode == "enforce"
+    # the shipped site value: a default install behaves as before the code default became the core's 30 s
+    assert cfg.scheduler.restart_cost_s == 60.0
+    assert cfg.scheduler.arbiter() == replace(ArbiterConfig(), restart_cost_s=60.0)
+
+
+def test_every_core_knob_is_settable_and_defaults_to_the_core() -> None:
+    core = ArbiterConfig()
+    assert parse({}).scheduler.arbiter() == core
+    knobs = {"fairness_knob": 0.5, "solver": "fast", "exact_max_bidders": 3, "exact_max_gpus": 7,
+             "idle_throughput": 0.2, "hidden_payments": False, "seed": 42, "restart_cost_s": 5,
+             "reserve_wide_gangs": True}
+    arb = parse({"scheduler": {**knobs, "lease_minutes": 2}}).scheduler.arbiter()
+    assert arb == ArbiterConfig(lease_s=120.0, **knobs)
+    assert {f.name for f in fields(ArbiterConfig)} <= {*knobs, "lease_s"}
+    for key, bad, text in (("seed", 1.5, "an integer"), ("exact_max_gpus", -1, "an integer >= 0"),
+                           ("idle_throughput", 0, "a number in (0, 1]"), ("hidden_payments", 1, "true or false")):
+        with pytest.raises(ConfigError, match=re.escape(f"scheduler.{key}: value {bad} is not {text}")):
+            parse({"scheduler": {key: bad}})
 
 
 def test_check_config_exit_codes(tmp_path: Path) -> None:
@@ -90,7 +111,7 @@ def test_check_config_exit_codes(tmp_path: Path) -> None:
 
 def test_sighup_reload_rejects_bad_config_and_keeps_old(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from themis_slurm.daemon.loop import Daemon
-    from themis_slurm.daemon.state import Store
+    from themis_slurm.daemon.store import Store
 
     path = tmp_path / "themis.yaml"
     path.write_text(f"state_dir: {tmp_path}\nscheduler:\n  lease_minutes: 5\nmetrics:\n  listen: ''\n")

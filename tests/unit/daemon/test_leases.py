@@ -57,8 +57,8 @@ def test_loser_is_warned_then_requeued_after_grace(slurm: FakeSlurm, make_daemon
     assert slurm.jobs[late].state == "RUNNING"
     assert d.store.job(victim).intent == "waiting"
     assert slurm.jobs[victim].held and slurm.jobs[victim].state == "PENDING"
-    pre = d.store.query("SELECT reason FROM decisions WHERE action = 'preemption' AND job_id = ?", (victim,))
-    assert pre and "lease expired" in pre[0][0]
+    pre = d.store.query("SELECT cause, reason FROM decisions WHERE action = 'preemption' AND job_id = ?", (victim,))
+    assert pre and tuple(pre[0]) == ("lost", "")  # typed (PreemptionCause.LOST); no prose stored
 
 
 def test_non_requeueable_job_is_never_preempted(slurm: FakeSlurm, make_daemon: Callable[..., Daemon]) -> None:

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from themis_slurm.daemon import service as service_mod
 from themis_slurm.daemon.main import cli
 from themis_slurm.daemon.service import Service
-from themis_slurm.daemon.state import MIGRATIONS, StateError, Store, marker_path, move_aside, open_store
+from themis_slurm.daemon.store import MIGRATIONS, StateError, Store, marker_path, move_aside, open_store
 
 from .fake_slurm import FakeSlurm
 

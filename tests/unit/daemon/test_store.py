@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from themis_slurm.daemon.state import MIGRATIONS, JobRow, StateError, Store
+from themis_slurm.daemon.store import MIGRATIONS, JobRow, StateError, Store
 
 
 def row(jid: str = "1", intent: str = "waiting") -> JobRow:

@@ -1,4 +1,5 @@
-"""themisd's durable state: one SQLite database (WAL) under state_dir.
+"""themisd's durable state: one SQLite database (WAL) under state_dir (the store; the core's ClusterState,
+core/state.py, is the input of one round and unrelated).
 
 What must survive a crash or a restart is exactly what Slurm does not know: the apps' service history and
 contention clocks (fairness is about the past), each job's Themis intent and lease, and the audit log of
@@ -38,6 +39,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from themis_slurm.core.decision import AppRecord
 from themis_slurm.core.fairness import ContentionClock
 
 #: Intents of a job, in its life: waiting (held, wants GPUs) -> granted (a round gave it GPUs; start
@@ -132,8 +134,36 @@ _V2 = """
 ALTER TABLE rounds ADD COLUMN worst_rho REAL;
 """
 
+#: v3: decisions are data. Each decision row stores the typed outcome of the round (core.decision) in
+#: columns, and sentences are made from them when shown (themis_slurm.reasons): app rows (and grant rows,
+#: for the app they started) the AppRecord's outcome, rank, ranked, bid, won/kept/leftover GPUs, kept_by
+#: and reservation; grant rows their source; renewal and preemption rows their cause (cut_s: a lease cut
+#: by the hidden payment; instead_of: the job an in-place renewal kept from moving). Each round stores
+#: its fairness knob (named when an app was not offered the pool). `reason` stays for rows written by
+#: older daemons (shown as written, never parsed); new rows leave it empty.
+_V3 = """
+ALTER TABLE rounds ADD COLUMN fairness_knob REAL;
+ALTER TABLE decisions ADD COLUMN outcome TEXT;
+ALTER TABLE decisions ADD COLUMN rank INTEGER;
+ALTER TABLE decisions ADD COLUMN ranked INTEGER;
+ALTER TABLE decisions ADD COLUMN bid INTEGER;
+ALTER TABLE decisions ADD COLUMN won_gpus INTEGER;
+ALTER TABLE decisions ADD COLUMN kept_gpus INTEGER;
+ALTER TABLE decisions ADD COLUMN kept_by TEXT;
+ALTER TABLE decisions ADD COLUMN leftover_gpus INTEGER;
+ALTER TABLE decisions ADD COLUMN reservation_job TEXT;
+ALTER TABLE decisions ADD COLUMN reservation_gpus INTEGER;
+ALTER TABLE decisions ADD COLUMN reservation_held INTEGER;
+ALTER TABLE decisions ADD COLUMN reservation_start_in_s REAL;
+ALTER TABLE decisions ADD COLUMN reservation_started INTEGER;
+ALTER TABLE decisions ADD COLUMN source TEXT;
+ALTER TABLE decisions ADD COLUMN cause TEXT;
+ALTER TABLE decisions ADD COLUMN cut_s REAL;
+ALTER TABLE decisions ADD COLUMN instead_of TEXT;
+"""
+
 #: Migration k brings the schema from version k to k+1 (version 0 is an empty database).
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 
 
 FRESH_FLAG = "--fresh-state"
@@ -238,6 +268,19 @@ def _job_from_sql(r: sqlite3.Row) -> JobRow:
     d["planned_nodes"] = {str(k): int(v) for k, v in json.loads(d["planned_nodes"] or "{}").items()}
     d["planned_gpus"] = frozenset(int(g) for g in json.loads(d["planned_gpus"] or "[]"))
     return JobRow(**d)
+
+
+def job_row(d: Mapping[str, Any]) -> JobRow:
+    """A JobRow from a decoded row dict (api.db's rows: JSON columns already decoded; unknown keys ignored)."""
+    v = {k: d[k] for k in _JOB_FIELDS if k in d}
+    v["planned_nodes"] = {str(k): int(n) for k, n in dict(d.get("planned_nodes") or {}).items()}
+    v["planned_gpus"] = frozenset(int(g) for g in d.get("planned_gpus") or ())
+    return JobRow(**v)
+
+
+def app_row(d: Mapping[str, Any]) -> AppRow:
+    """An AppRow from a row dict (unknown keys ignored)."""
+    return AppRow(**{k: d[k] for k in _APP_FIELDS if k in d})
 
 
 class Store:
@@ -417,28 +460,47 @@ class Store:
 
     # ---------------------------------------------------------------------------------- audit log
     def add_round(self, time: float, mode: str, trigger: str, solver: str, offered: int, grants: int,
-                  renewals: int, preemptions: int, latency_s: float, worst_rho: float | None = None) -> int:
+                  renewals: int, preemptions: int, latency_s: float, worst_rho: float | None = None,
+                  fairness_knob: float | None = None) -> int:
         self._need_tx()
         if worst_rho is not None and not math.isfinite(worst_rho):
             worst_rho = None
         cur = self.db.execute(
             "INSERT INTO rounds (time, mode, trigger, solver, offered_gpus, grants, renewals, preemptions,"
-            " latency_s, worst_rho) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (time, mode, trigger, solver, offered, grants, renewals, preemptions, latency_s, worst_rho),
+            " latency_s, worst_rho, fairness_knob) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (time, mode, trigger, solver, offered, grants, renewals, preemptions, latency_s, worst_rho,
+             fairness_knob),
         )
         return int(cur.lastrowid or 0)
 
     def add_decision(self, round_id: int, time: float, app_key: str, job_id: str | None, action: str,
-                     reason: str, rho_before: float | None = None, rho_after: float | None = None,
+                     reason: str = "", rho_before: float | None = None, rho_after: float | None = None,
                      payment: float | None = None, gpus: int | None = None,
-                     nodes: Mapping[str, int] | None = None, lease_expiry: float | None = None) -> None:
+                     nodes: Mapping[str, int] | None = None, lease_expiry: float | None = None, *,
+                     record: AppRecord | None = None, source: str | None = None, cause: str | None = None,
+                     cut_s: float | None = None, instead_of: str | None = None) -> None:
+        """One audit row. `record` (the app's AppRecord: app rows, and grant rows for the app they started),
+        `source` (grants) and `cause`/`cut_s`/`instead_of` (renewals, preemptions) are stored as columns;
+        `reason` is only for callers replaying rows of older daemons (new rows leave it empty)."""
         self._need_tx()
-        self.db.execute(
-            "INSERT INTO decisions (round_id, time, app_key, job_id, action, reason, rho_before, rho_after,"
-            " payment, gpus, nodes, lease_expiry) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (round_id, time, app_key, job_id, action, reason, _finite(rho_before), _finite(rho_after),
-             payment, gpus, json.dumps(dict(nodes)) if nodes is not None else None, _finite(lease_expiry)),
-        )
+        typed: dict[str, Any] = {"source": source, "cause": None if cause is None else str(cause),
+                                 "cut_s": _finite(cut_s), "instead_of": instead_of}
+        if record is not None:
+            note = record.reservation
+            typed.update(outcome=str(record.outcome), rank=record.rank, ranked=record.ranked, bid=int(record.bid),
+                         won_gpus=record.won_gpus, kept_gpus=record.kept_gpus, kept_by=str(record.kept_by),
+                         leftover_gpus=record.leftover_gpus)
+            if note is not None:
+                typed.update(reservation_job=note.job_id, reservation_gpus=note.gpus,
+                             reservation_held=note.held, reservation_start_in_s=_finite(note.start_in_s),
+                             reservation_started=int(note.started))
+        cols = ["round_id", "time", "app_key", "job_id", "action", "reason", "rho_before", "rho_after",
+                "payment", "gpus", "nodes", "lease_expiry", *typed]
+        values = [round_id, time, app_key, job_id, action, reason, _finite(rho_before), _finite(rho_after),
+                  payment, gpus, json.dumps(dict(nodes)) if nodes is not None else None, _finite(lease_expiry),
+                  *typed.values()]
+        self.db.execute(f"INSERT INTO decisions ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
+                        values)
 
     def add_event(self, time: float, kind: str, detail: str, job_id: str | None = None,
                   app_key: str | None = None) -> None:

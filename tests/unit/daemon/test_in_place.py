@@ -1,0 +1,31 @@
+"""The daemon-only in-place renewal: a migration onto the home of a preempted holder of the same app."""
+
+from __future__ import annotations
+
+from themis_slurm.core.decision import Decision, Grant, Preemption, PreemptionCause, RenewalCause
+from themis_slurm.daemon.config import Config
+from themis_slurm.daemon.planning import instead_of_migrations, intents_after
+from themis_slurm.daemon.store import JobRow
+
+
+def _row(jid: str, intent: str = "running") -> JobRow:
+    return JobRow(jid, int(jid), "alice/a", intent, 2, 100.0, 0.0, lease_start=0.0, lease_expiry=10.0)
+
+
+def test_a_moved_holder_landing_on_a_lost_holders_gpus_renews_that_holder() -> None:
+    x_home, y_home = frozenset({0, 1}), frozenset({2, 3})
+    d = Decision(now=10.0,
+                 grants=(Grant("1", "alice/a", y_home, {"n1": 2}, "node", 610.0, "auction", migrated=True),),
+                 preemptions=(Preemption("1", "alice/a", x_home, reason="", cause=PreemptionCause.MOVED),
+                              Preemption("2", "alice/a", y_home, reason="", cause=PreemptionCause.LOST)))
+    rows = {"1": _row("1"), "2": _row("2")}
+    got = instead_of_migrations(d, rows)
+    assert set(got) == {"2"}
+    ip = got["2"]
+    assert (ip.renewal.cause, ip.renewal.gpus, ip.renewal.lease_expiry, ip.instead_of) == \
+        (RenewalCause.IN_PLACE, y_home, 610.0, "1")
+    new = intents_after(d, rows, Config(), 10.0, got)
+    assert new["1"].intent == "warning"  # the daemon does not migrate: X is preempted now
+    assert (new["2"].intent, new["2"].lease_start, new["2"].lease_expiry) == ("running", 10.0, 610.0)
+    # another app's job, or a different size, is not a stand-in
+    assert instead_of_migrations(d, {"1": _row("1"), "2": JobRow("2", 2, "bob/b", "running", 2, 1.0, 0.0)}) == {}

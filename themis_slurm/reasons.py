@@ -1,0 +1,139 @@
+"""Sentences about round outcomes, made from the typed fields of a Decision: the one renderer.
+
+The core returns decisions as data (themis_slurm.core.decision: Outcome, KeptBy, RenewalCause,
+PreemptionCause, ReservationNote, Grant.source); themisd stores those fields as columns of its audit log.
+Words are made only at the edges, here, for themisd's log lines, the API's ``explain`` document and the
+`themis explain` command, so rewording a sentence changes no stored data and breaks no reader. Nothing
+outside this module turns outcomes into prose, and nothing anywhere parses prose back.
+
+Every function takes plain values (or core.decision types) so that a decision row read back from the
+database renders exactly as the Decision did when it was made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from themis_slurm.core.decision import (
+    AppRecord,
+    KeptBy,
+    Outcome,
+    PreemptionCause,
+    Renewal,
+    RenewalCause,
+    ReservationNote,
+)
+
+
+def reservation(note: ReservationNote) -> str:
+    """The wide gang a round reserved GPUs for (AppRecord.reservation)."""
+    if note.started:
+        return f"job {note.job_id} started on its reservation ({note.gpus} GPUs)"
+    if note.held:
+        return (f"{note.held} of {note.gpus} GPU(s) reserved for job {note.job_id}, "
+                f"complete in {note.start_in_s:.0f} s")
+    return (f"job {note.job_id} starts on {note.gpus} GPU(s) whose leases end in {note.start_in_s:.0f} s "
+            "(none held idle meanwhile)")
+
+
+def holds_gpus_idle(note: ReservationNote | None) -> bool:
+    """A reservation that keeps free GPUs out of the pool this round (what themisd logs as `reserve`)."""
+    return note is not None and not note.started and note.held > 0
+
+
+def app_outcome(outcome: Outcome | str, rank: int | None = None, ranked: int | None = None,
+                won_gpus: int = 0, kept_gpus: int = 0, kept_by: KeptBy | str = KeptBy.ALL,
+                payment_fraction: float | None = None, leftover_gpus: int = 0,
+                note: ReservationNote | None = None, fairness_knob: float | None = None) -> str:
+    """What a round did for an app, e.g. ``bid (rank 1), won 2 GPU(s), kept 1 after hidden payment c=0.500``.
+
+    `fairness_knob` (the round's f) is named for an app that was not offered the pool.
+    """
+    outcome, kept_by = Outcome(outcome), KeptBy(kept_by)
+    if outcome is Outcome.NOTHING_WAITING:
+        text = "nothing waiting"
+    elif outcome is Outcome.LOST:
+        text = f"bid (rank {rank}) but won nothing"
+    elif outcome is Outcome.WON:
+        text = f"bid (rank {rank}), won {won_gpus} GPU(s)"
+        if kept_by is KeptBy.PAYMENT:
+            c = "?" if payment_fraction is None else f"{payment_fraction:.3f}"
+            text += f", kept {kept_gpus} after hidden payment c={c}"
+        elif kept_by is KeptBy.VISIBILITY:
+            text += f", kept {kept_gpus} (rho down to the worst outside the auction)"
+    else:
+        f = "?" if fairness_knob is None else f"{fairness_knob}"
+        text = f"not offered (rank {rank} of {ranked}; f={f})"
+    if leftover_gpus:
+        text += f"; {leftover_gpus} GPU(s) from leftover"
+    if note is not None:
+        text += f"; {reservation(note)}"
+    return text
+
+
+def app_record(rec: AppRecord, fairness_knob: float | None = None) -> str:
+    """:func:`app_outcome` of a core AppRecord."""
+    return app_outcome(rec.outcome, rec.rank, rec.ranked, rec.won_gpus, rec.kept_gpus, rec.kept_by,
+                       rec.payment_fraction, rec.leftover_gpus, rec.reservation, fairness_knob)
+
+
+def grant(source: str, app_text: str) -> str:
+    """Why a job was started: its grant's source (auction, leftover, reservation) and its app's outcome."""
+    return f"{source}: {app_text}"
+
+
+def renewal_cause(cause: RenewalCause | str, cut_s: float | None = None, instead_of: str | None = None) -> str:
+    """Why a lease holder keeps its GPUs. `instead_of`: the job an in-place renewal kept from moving."""
+    cause = RenewalCause(cause)
+    if cause is RenewalCause.NOT_PREEMPTIBLE:
+        return "not preemptible: keeps its GPUs"
+    if cause is RenewalCause.IN_PLACE:
+        return f"renewed in place instead of moving job {instead_of or '?'} onto its GPUs"
+    text = "won its GPUs back in the auction" if cause is RenewalCause.WON_BACK else "kept its GPUs as leftover"
+    if cut_s is not None:
+        text += f" (lease cut to {cut_s:.0f} s: hidden payment)"
+    return text
+
+
+def renewal(r: Renewal, instead_of: str | None = None) -> str:
+    return renewal_cause(r.cause, r.cut_s, instead_of)
+
+
+def preemption_cause(cause: PreemptionCause | str) -> str:
+    """Why a lease holder loses its GPUs."""
+    if PreemptionCause(cause) is PreemptionCause.MOVED:
+        return "lease expired; moved to other GPUs"
+    return "lease expired and lost the auction"
+
+
+# ------------------------------------------------------------------------------------------ stored rows
+def note_of(row: Mapping[str, Any]) -> ReservationNote | None:
+    """The ReservationNote of a decision row (columns reservation_*), None when it has none."""
+    if row.get("reservation_job") is None:
+        return None
+    return ReservationNote(str(row["reservation_job"]), int(row.get("reservation_gpus") or 0),
+                           int(row.get("reservation_held") or 0), float(row.get("reservation_start_in_s") or 0.0),
+                           bool(row.get("reservation_started")))
+
+
+def app_row(row: Mapping[str, Any], fairness_knob: float | None = None) -> str | None:
+    """:func:`app_outcome` of a decision row's columns (outcome, rank, ...); None for a row without them
+    (written by an older daemon: show its stored text as it is)."""
+    if row.get("outcome") is None:
+        return None
+    return app_outcome(row["outcome"], row.get("rank"), row.get("ranked"), row.get("won_gpus") or 0,
+                       row.get("kept_gpus") or 0, row.get("kept_by") or KeptBy.ALL, row.get("payment"),
+                       row.get("leftover_gpus") or 0, note_of(row), fairness_knob)
+
+
+def job_row(row: Mapping[str, Any], fairness_knob: float | None = None) -> str | None:
+    """The sentence of a grant, renewal or preemption row from its columns; None for an older daemon's row."""
+    action = row.get("action")
+    if action == "grant" and row.get("source") is not None:
+        return grant(str(row["source"]), app_row(row, fairness_knob) or "")
+    if action == "renewal" and row.get("cause") is not None:
+        return renewal_cause(row["cause"], row.get("cut_s"), row.get("instead_of"))
+    if action == "preemption" and row.get("cause") is not None:
+        return preemption_cause(row["cause"])
+    return None
