@@ -25,12 +25,14 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from themis_slurm.core.arbiter import ArbiterConfig
 from themis_slurm.core.topology import Topology
+from themis_slurm.policies import NAMES
 from themis_slurm.sim import plots
 from themis_slurm.sim.engine import SimConfig
-from themis_slurm.sim.estimates import EstimateError
+from themis_slurm.sim.estimate_error import EstimateError
 from themis_slurm.sim.metrics import Metrics
-from themis_slurm.sim.runner import PolicyKnobs, WorkloadSpec, registry, run_policies
+from themis_slurm.sim.runner import WorkloadSpec, run_policies
 
 ROOT = Path(__file__).resolve().parents[1]
 PHILLY = ROOT.parent / "shared" / "traces" / "philly_mix1.csv"
@@ -105,7 +107,7 @@ def targets(rows: Mapping[str, Metrics]) -> str:
 
 @dataclass(frozen=True)
 class Task:
-    """One simulation: a policy on a workload, cluster, knobs and world; `key` names the experiment."""
+    """One simulation: a policy on a workload, cluster, Themis's knobs and world; `key` names the experiment."""
 
     key: str
     policy: str
@@ -114,7 +116,7 @@ class Task:
     nodes_per_rack: int
     gpus_per_node: int
     islands_per_node: int
-    knobs: PolicyKnobs
+    knobs: ArbiterConfig  # Themis's knobs (the baselines ignore them)
     cfg: SimConfig
 
     def topology(self) -> Topology:
@@ -142,9 +144,9 @@ def same_setup(t: Task) -> str:
 class Eval:
     def __init__(self, scale: Scale, out: Path, docs: Path, workers: int) -> None:
         self.scale, self.out, self.docs, self.workers = scale, out, docs, workers
-        self.names = list(registry())
+        self.names = list(NAMES)
         self.cfg = SimConfig(round_interval_s=scale.round_interval_s, seed=scale.seed)
-        self.knobs = PolicyKnobs(seed=scale.seed, solver=scale.solver)
+        self.knobs = ArbiterConfig(seed=scale.seed, solver=scale.solver)
         self.tasks: list[Task] = []
         self.results: dict[str, dict[str, Metrics]] = {}
         self.timings: dict[str, float] = {}
@@ -152,7 +154,7 @@ class Eval:
     def paper(self, seed: int | None = None, **kw) -> WorkloadSpec:
         return WorkloadSpec("paper", apps=self.scale.apps, seed=self.scale.seed if seed is None else seed, **kw)
 
-    def add(self, key: str, spec: WorkloadSpec, shape: str, names: Sequence[str], knobs: PolicyKnobs | None = None,
+    def add(self, key: str, spec: WorkloadSpec, shape: str, names: Sequence[str], knobs: ArbiterConfig | None = None,
             cfg: SimConfig | None = None) -> None:  # fmt: skip
         for n in names:
             self.tasks.append(Task(key, n, spec, *SHAPES[shape], knobs or self.knobs, cfg or self.cfg))
@@ -263,6 +265,7 @@ def seeds_table(by_seed: Mapping[int, Mapping[str, Metrics]]) -> str:
 
 
 def header(s: Scale, total: float, workers: int) -> str:
+    arb, sim = ArbiterConfig(), SimConfig()  # the defaults the experiments run with unless swept
     return f"""# Evaluation: Themis and baselines in the simulator
 
 Regenerate with `benchmarks/paper_eval.sh` (took {total / 60:.1f} min on this machine, {workers} worker processes).
@@ -272,7 +275,7 @@ Raw numbers:
 form), GPU-hours = all GPU time held (placement slowdowns and restart costs included).
 
 Setup: paper workload synthesised from the published statistics (`workload_paper.py`), {s.apps} apps at
-contention 1, seed {s.seed}; lease 600 s, f = 0.8, restart cost 30 s unless swept; Themis with the
+contention 1, seed {s.seed}; lease {arb.lease_s:g} s, f = {arb.fairness_knob:g}, restart cost {sim.restart_cost_s:g} s unless swept; Themis with the
 `{s.solver}` winner determination. Policies are called at most every {s.round_interval_s:g} s (`--round-interval`;
 events in between are batched); philly_mix1 uses 60 s{"" if s.philly_jobs is None else f" and its first {s.philly_jobs} jobs"}.
 One seed per experiment except where a table says otherwise: differences of a few percent are within noise.

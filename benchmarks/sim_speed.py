@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from themis_slurm.core.topology import Topology
+from themis_slurm.policies import NAMES, make_policy
 from themis_slurm.sim.engine import SimConfig, Simulator
 from themis_slurm.sim.loaders import load_trace
-from themis_slurm.sim.runner import PolicyKnobs, make_policy, registry
 from themis_slurm.sim.trace import PROFILE_MODELS, Trace, TraceJob
 
 PHILLY = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "philly_mix1.csv"
@@ -55,7 +55,7 @@ def cluster(gpus: int) -> Topology:
 
 
 def run(name: str, trace: Trace, topo: Topology, cfg: SimConfig) -> dict:
-    policy = make_policy(name, PolicyKnobs())
+    policy = make_policy(name)  # every knob at its default (Themis: ArbiterConfig's)
     res = Simulator(trace, topo, policy, cfg).run()
     return {
         "policy": name,
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--big-jobs", type=int, default=100_000)
     ap.add_argument("--trace", type=Path, default=PHILLY)
     args = ap.parse_args(argv)
-    names = args.policies.split(",") if args.policies else list(registry())
+    names = args.policies.split(",") if args.policies else list(NAMES)
     cfg = SimConfig(round_interval_s=args.round_interval)
     rows: list[dict] = []
     notes: list[str] = []

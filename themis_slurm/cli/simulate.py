@@ -2,6 +2,12 @@
 
 Thin: parses and checks options (bad ones exit 2 naming the option and value), then calls
 themis_slurm.sim.runner and themis_slurm.sim.report. Without --trace the synthetic paper workload is used.
+
+Defaults are read from the dataclasses that own them, never written here: Themis's knobs from
+:class:`~themis_slurm.core.arbiter.ArbiterConfig`, the simulated world's from
+:class:`~themis_slurm.sim.engine.SimConfig`, the workload's from :class:`~themis_slurm.sim.runner.WorkloadSpec`.
+``--restart-cost`` sets both the cost the simulated world charges (SimConfig) and the cost Themis's bids
+assume (ArbiterConfig): one value, so that Themis's model of the world is right.
 """
 
 from __future__ import annotations
@@ -15,16 +21,18 @@ from typing import Any
 
 import click
 
-from themis_slurm.core.arbiter import SOLVERS
+from themis_slurm.core.arbiter import SOLVERS, ArbiterConfig
 from themis_slurm.core.topology import Topology
+from themis_slurm.policies import NAMES
 from themis_slurm.sim import report
 from themis_slurm.sim.engine import InvalidDecision, SimConfig, SimulationStalled
-from themis_slurm.sim.estimates import EstimateError
-from themis_slurm.sim.runner import PolicyKnobs, SweepRun, WorkloadSpec, registry, run_policies
+from themis_slurm.sim.estimate_error import EstimateError
+from themis_slurm.sim.runner import SweepRun, WorkloadSpec, run_policies
 from themis_slurm.sim.trace import TraceError
 
 SWEEPABLE = ("fairness-knob", "lease", "contention", "sensitive-fraction")
 GROUP_BY = {"chronus": ("job", "user", "user+model"), "gavel": ("job", "job_type")}
+_ARB, _SIM, _SPEC = ArbiterConfig(), SimConfig(), WorkloadSpec()  # where the defaults below come from
 
 
 def _bad(option: str, msg: str) -> click.BadParameter:
@@ -32,7 +40,7 @@ def _bad(option: str, msg: str) -> click.BadParameter:
 
 
 def _parse_policies(value: str | None) -> list[str]:
-    known = registry()
+    known = NAMES
     if value is None:
         return list(known)
     names = [v.strip() for v in value.split(",") if v.strip()]
@@ -95,7 +103,8 @@ class _Progress:
 @click.option("--skip-bad", is_flag=True, help="Skip invalid trace rows (and say how many) instead of failing.")
 @click.option("--app-interval", type=float, help="hyperdrive: space app arrivals this many seconds apart.")
 @click.option("--workload", type=click.Choice(["paper"]), help="Synthetic workload (the default without --trace).")
-@click.option("--contention", type=float, default=1.0, show_default=True, help="Paper workload load multiplier.")
+@click.option("--contention", type=float, default=_SPEC.contention, show_default=True,
+              help="Paper workload load multiplier.")
 @click.option("--sensitive-fraction", type=click.FloatRange(0, 1), help="Fraction of placement-sensitive apps.")
 @click.option("--apps", type=click.IntRange(min=1), help="Apps of the paper workload at contention 1 (default 84).")
 @click.option("--racks", type=click.IntRange(min=1), default=2, show_default=True)
@@ -103,17 +112,20 @@ class _Progress:
 @click.option("--gpus-per-node", type=click.IntRange(min=1), default=4, show_default=True)
 @click.option("--islands-per-node", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--policies", help="Comma-separated policy names (default: all registered).")
-@click.option("--lease", type=float, default=600.0, show_default=True, help="Lease length, seconds.")
-@click.option("--fairness-knob", type=float, default=0.8, show_default=True, help="Themis f in [0, 1).")
-@click.option("--restart-cost", type=float, default=30.0, show_default=True,
+@click.option("--lease", type=float, default=_ARB.lease_s, show_default=True, help="Lease length, seconds.")
+@click.option("--fairness-knob", type=float, default=_ARB.fairness_knob, show_default=True, help="Themis f in [0, 1).")
+@click.option("--restart-cost", type=float, default=_SIM.restart_cost_s, show_default=True,
               help="Seconds lost per restart (charged by the simulator; Themis's bids assume the same).")
-@click.option("--solver", type=click.Choice(SOLVERS), default="auto", show_default=True,
+@click.option("--solver", type=click.Choice(SOLVERS), default=_ARB.solver, show_default=True,
               help="Themis winner determination: exact MILP for small rounds (auto), always exact, or fast greedy.")
-@click.option("--reserve-wide-gangs", is_flag=True, help="Themis reserves GPUs for long-waiting wide gangs.")
-@click.option("--estimate-error", default="none", show_default=True, help="none | uniform:A:B | lognormal:SIGMA")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--reserve-wide-gangs/--no-reserve-wide-gangs", default=_ARB.reserve_wide_gangs, show_default=True,
+              help="Themis reserves GPUs for long-waiting wide gangs.")
+@click.option("--estimate-error", default=str(_SIM.estimate_error), show_default=True,
+              help="none | uniform:A:B | lognormal:SIGMA")
+@click.option("--seed", type=int, default=_ARB.seed, show_default=True,
+              help="Seeds the workload, the estimate errors and Themis's lottery.")
 @click.option("--sweep", help="NAME=v1,v2,... with NAME in fairness-knob, lease, contention, sensitive-fraction.")
-@click.option("--round-interval", type=float, default=0.0, show_default=True,
+@click.option("--round-interval", type=float, default=_SIM.round_interval_s, show_default=True,
               help="Call policies at most every this many seconds (0: at every event).")
 @click.option("--elastic", is_flag=True, help="Make every job elastic (1..gpus GPUs).")
 @click.option("--node-shaped", is_flag=True, help="Jobs wider than a node ask for whole nodes.")
@@ -146,7 +158,7 @@ def simulate(**o: Any) -> None:
         bar.close()
 
 
-def _run(spec: WorkloadSpec, topo: Topology, names: list[str], knobs: PolicyKnobs, cfg: SimConfig,
+def _run(spec: WorkloadSpec, topo: Topology, names: list[str], knobs: ArbiterConfig, cfg: SimConfig,
          bar: Callable[[str, float], None]) -> dict:  # fmt: skip
     try:
         trace = spec.load(topo.size)
@@ -162,7 +174,7 @@ def _run(spec: WorkloadSpec, topo: Topology, names: list[str], knobs: PolicyKnob
         raise click.UsageError(str(exc)) from None
 
 
-def _apply(param: str, value: float, spec: WorkloadSpec, knobs: PolicyKnobs) -> tuple[WorkloadSpec, PolicyKnobs]:
+def _apply(param: str, value: float, spec: WorkloadSpec, knobs: ArbiterConfig) -> tuple[WorkloadSpec, ArbiterConfig]:
     if param == "fairness-knob":
         if not 0 <= value < 1:
             raise _bad("--sweep", f"fairness-knob value {value:g} is not in [0, 1)")
@@ -200,8 +212,9 @@ def _options(o: dict[str, Any]):
             raise _bad("--format", "is required with --trace (hyperdrive, chronus or gavel)")
         if not Path(path).is_file():
             raise _bad("--trace", f"{path!r}: no such file")
-        if o["contention"] != 1.0 or o["apps"] is not None:
-            raise _bad("--contention" if o["contention"] != 1.0 else "--apps", "only applies with --workload paper")
+        if o["contention"] != _SPEC.contention or o["apps"] is not None:
+            raise _bad("--contention" if o["contention"] != _SPEC.contention else "--apps",
+                       "only applies with --workload paper")
         opts: dict[str, Any] = {"skip_bad": o["skip_bad"]}
         if o["group_by"] is not None:
             if fmt not in GROUP_BY or o["group_by"] not in GROUP_BY[fmt]:
@@ -234,8 +247,9 @@ def _options(o: dict[str, Any]):
         err = EstimateError.parse(o["estimate_error"])
     except ValueError as exc:
         raise _bad("--estimate-error", str(exc)) from None
-    knobs = PolicyKnobs(o["fairness_knob"], o["lease"], o["seed"], o["restart_cost"], o["solver"],
-                        o["reserve_wide_gangs"])  # fmt: skip
+    knobs = replace(_ARB, fairness_knob=o["fairness_knob"], lease_s=o["lease"], seed=o["seed"],
+                    restart_cost_s=o["restart_cost"], solver=o["solver"],
+                    reserve_wide_gangs=o["reserve_wide_gangs"])  # fmt: skip
     cfg = SimConfig(restart_cost_s=o["restart_cost"], estimate_error=err, seed=o["seed"], elastic=o["elastic"],
                     node_shaped=o["node_shaped"], round_interval_s=o["round_interval"])  # fmt: skip
     names = _parse_policies(o["policies"])

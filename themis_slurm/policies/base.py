@@ -35,9 +35,17 @@ class PolicyContext:
 
 
 class Policy(Protocol):
-    """A scheduling policy. Implementations live one per module in this package."""
+    """A scheduling policy. Implementations live one per module in this package.
+
+    Every policy declares `grants_only_free_or_expired`: True when it never preempts a job whose lease has
+    not expired, so that a call with no free GPU and no expired lease cannot change anything (the
+    simulator then skips such calls); False when it may preempt at any call (time-slicing, demotion,
+    shortest-first preemption). Themis is True by construction: it only hands out free GPUs and GPUs of
+    expired leases.
+    """
 
     name: str
+    grants_only_free_or_expired: bool
 
     def schedule(self, ctx: PolicyContext) -> Decision:
         """Decide grants, preemptions and renewals for this instant."""
@@ -52,6 +60,8 @@ class ThemisPolicy:
     """Themis: the core arbiter, unchanged (the daemon calls the same :func:`run_round`)."""
 
     name = "themis"
+    #: only free GPUs and GPUs of expired leases are re-auctioned (see :class:`Policy`)
+    grants_only_free_or_expired = True
 
     def __init__(self, config: ArbiterConfig | None = None) -> None:
         self.config = config or ArbiterConfig()

@@ -1,10 +1,13 @@
-"""Shared machinery for the baseline policies: one call's working state and the Decision it becomes.
+"""Shared machinery for the baseline policies: one call's allocation scratchpad and the Decision it becomes.
 
 Every baseline works the same way inside one call: it ranks jobs its own way, then places them one by one
 on a :class:`~themis_slurm.core.placement.Pool` of free GPUs (so gangs are whole and node shapes are
-respected by construction), optionally preempting running jobs it ranks lower. :class:`Round` holds that
-working state; :meth:`Round.decision` turns it into a :class:`Decision` with an :class:`AppRecord` for every
-app, so `explain` works for baselines exactly as for Themis.
+respected by construction), optionally preempting running jobs it ranks lower. A
+:class:`BaselineScratchpad` holds that working state for one call (it has nothing to do with a Themis
+round); :meth:`BaselineScratchpad.decision` turns it into a :class:`Decision` with an :class:`AppRecord`
+for every app, so `explain` works for baselines exactly as for Themis. The state a call gets is checked
+by :func:`themis_slurm.core.state.check_state`, the same check the Themis arbiter makes; the decision a
+baseline returns is checked by the caller (:mod:`themis_slurm.sim.validate` in the simulator).
 
 Conventions shared by all baselines (each module restates what it relies on):
 
@@ -28,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from themis_slurm.core.decision import AppRecord, Decision, Grant, Preemption, Renewal
 from themis_slurm.core.fairness import FairnessModel, job_throughput
 from themis_slurm.core.placement import Pool, get_profile
-from themis_slurm.core.state import ClusterState
+from themis_slurm.core.state import ClusterState, check_state
 from themis_slurm.core.topology import Level, Topology
 from themis_slurm.core.workload import App, Job, Lease
 
@@ -63,10 +66,13 @@ def estimated_runtime(job: Job, gpus: Iterable[int], topo: Topology) -> float:
 
 
 @dataclass
-class Round:
-    """One call of a baseline: the pool of free GPUs, what was granted and preempted, and why.
+class BaselineScratchpad:
+    """A baseline's allocation scratchpad for one call: the pool of free GPUs, what was granted and
+    preempted, and why.
 
-    Mutable on purpose and private to one call (like the arbiter's Pool).
+    Mutable on purpose and private to one call (like the arbiter's Pool). Building one checks the state
+    (job ids unique, then :func:`~themis_slurm.core.state.check_state`: no GPU claimed twice, no lease of
+    an unknown job); ValueError otherwise.
     """
 
     state: ClusterState
@@ -91,11 +97,8 @@ class Round:
         self.jobs = {j.id: j for a in s.apps for j in a.jobs}
         if len(self.jobs) != sum(len(a.jobs) for a in s.apps):
             raise ValueError("job ids must be unique across apps")
-        self.running = {}
-        for lease in s.leases:
-            if lease.job_id not in self.jobs:
-                raise ValueError(f"lease for unknown job {lease.job_id}")
-            self.running[lease.job_id] = lease
+        check_state(s, self.jobs)
+        self.running = {lease.job_id: lease for lease in s.leases}
         self._kept = dict(self.running)
         self.pool = Pool(self.topo, s.free)
         self.granted = {}
@@ -328,7 +331,7 @@ class Round:
 
 
 def priority_fill(
-    rnd: Round,
+    pad: BaselineScratchpad,
     ranked: Sequence[Job],
     placer: Placer,
     *,
@@ -349,31 +352,31 @@ def priority_fill(
     """
     short_of = math.inf  # smallest need that failed for lack of GPUs, free or displaceable
     for job in ranked:
-        if rnd.is_active(job.id):
+        if pad.is_active(job.id):
             continue
-        got = placer(job, rnd.pool)
+        got = placer(job, pad.pool)
         if got is None and victims_for is not None and job.min_gpus < short_of:
-            victims = [v for v in victims_for(job) if v in rnd.holding() and rnd.jobs[v].preemptible]
-            if rnd.pool.size + sum(len(rnd.running[v].gpus) for v in victims) < job.min_gpus:
+            victims = [v for v in victims_for(job) if v in pad.holding() and pad.jobs[v].preemptible]
+            if pad.pool.size + sum(len(pad.running[v].gpus) for v in victims) < job.min_gpus:
                 short_of = job.min_gpus
             else:
                 why = preempt_reason(job) if preempt_reason else f"preempted for job {job.id}"
-                got = rnd.fit_with_preemption(job, victims, placer, why)
+                got = pad.fit_with_preemption(job, victims, placer, why)
         if got is None:
-            rnd.wait(job, "blocked: strict order" if strict else "does not fit")
+            pad.wait(job, "blocked: strict order" if strict else "does not fit")
             if strict:
                 for later in ranked:
-                    if not rnd.is_active(later.id):
-                        rnd.wait(later, f"behind job {job.id} (no backfill)")
+                    if not pad.is_active(later.id):
+                        pad.wait(later, f"behind job {job.id} (no backfill)")
                 return
             continue
-        rnd.grant(job, got, expiry, source)
+        pad.grant(job, got, expiry, source)
 
 
 ValueFn = Callable[[Job, int, Level], float]
 
 
-def grow_elastic(rnd: Round, value: ValueFn, consolidate: bool = False) -> None:
+def grow_elastic(pad: BaselineScratchpad, value: ValueFn, consolidate: bool = False) -> None:
     """Give the GPUs left in the pool, one at a time, to elastic jobs granted in this call.
 
     `value(job, n_gpus, level)` is what the policy maximises for a job (higher is better, e.g. minus the
@@ -382,11 +385,11 @@ def grow_elastic(rnd: Round, value: ValueFn, consolidate: bool = False) -> None:
     value really rises at the new placement's level (a wider placement can be slower). Running jobs are
     never resized (that would be a checkpoint-restart).
     """
-    topo = rnd.topo
+    topo = pad.topo
     heap: list[tuple[float, str]] = []
 
     def push(jid: str) -> None:
-        job, cur = rnd.jobs[jid], rnd.granted[jid].gpus
+        job, cur = pad.jobs[jid], pad.granted[jid].gpus
         n = len(cur)
         if n >= job.gpus:
             return
@@ -395,20 +398,20 @@ def grow_elastic(rnd: Round, value: ValueFn, consolidate: bool = False) -> None:
         if est > 0:
             heapq.heappush(heap, (-est, jid))
 
-    for jid in sorted(rnd.granted):
-        if rnd.jobs[jid].elastic:
+    for jid in sorted(pad.granted):
+        if pad.jobs[jid].elastic:
             push(jid)
-    while heap and rnd.pool.size > 0:
+    while heap and pad.pool.size > 0:
         _, jid = heapq.heappop(heap)
-        job, cur = rnd.jobs[jid], rnd.granted[jid].gpus
-        rnd.pool.give(cur)
-        new = rnd.fit(job, gpus=len(cur) + 1, consolidate=consolidate)
-        rnd.pool.take(cur)
+        job, cur = pad.jobs[jid], pad.granted[jid].gpus
+        pad.pool.give(cur)
+        new = pad.fit(job, gpus=len(cur) + 1, consolidate=consolidate)
+        pad.pool.take(cur)
         if new is None:
             continue
         if value(job, len(new), topo.level_of(new)) <= value(job, len(cur), topo.level_of(cur)):
             continue
-        rnd.resize(jid, new)
+        pad.resize(jid, new)
         push(jid)
 
 
@@ -433,17 +436,17 @@ class EpochClock:
     def on_boundary(self, now: float) -> bool:
         return abs(now - round(now / self.length) * self.length) <= self.EPS
 
-    def rotatable(self, rnd: Round) -> list[str]:
+    def rotatable(self, pad: BaselineScratchpad) -> list[str]:
         """Running preemptible jobs whose slice is over: lease expired, or started before this boundary.
         Longest-running first."""
-        at_b = self.on_boundary(rnd.now)
+        at_b = self.on_boundary(pad.now)
         out = [
             jid
-            for jid, lease in rnd.running.items()
-            if rnd.jobs[jid].preemptible
-            and (lease.expiry <= rnd.now + self.EPS or (at_b and lease.start < rnd.now - self.EPS))
+            for jid, lease in pad.running.items()
+            if pad.jobs[jid].preemptible
+            and (lease.expiry <= pad.now + self.EPS or (at_b and lease.start < pad.now - self.EPS))
         ]
-        return sorted(out, key=lambda jid: (rnd.running[jid].start, jid))
+        return sorted(out, key=lambda jid: (pad.running[jid].start, jid))
 
 
 class WaitClock:
@@ -459,15 +462,15 @@ class WaitClock:
         self._seq: dict[str, int] = {}
         self._n = 0
 
-    def sync(self, rnd: Round) -> None:
-        live = set(rnd.jobs)
+    def sync(self, pad: BaselineScratchpad) -> None:
+        live = set(pad.jobs)
         for jid in list(self._since):
-            if jid not in live or jid in rnd.running:
+            if jid not in live or jid in pad.running:
                 del self._since[jid]
                 del self._seq[jid]
-        for job in rnd.waiting():
+        for job in pad.waiting():
             if job.id not in self._since:
-                self._stamp(job.id, job.submit if job.service <= 0 else rnd.now)
+                self._stamp(job.id, job.submit if job.service <= 0 else pad.now)
 
     def _stamp(self, jid: str, t: float) -> None:
         self._n += 1
@@ -492,7 +495,7 @@ def profile_sensitive(job: Job) -> bool:
 __all__: Sequence[str] = [
     "INF",
     "MIN_REMAINING",
-    "Round",
+    "BaselineScratchpad",
     "WaitClock",
     "consolidated_level",
     "estimated_runtime",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from themis_slurm.core.decision import Decision
 from themis_slurm.policies.base import PolicyContext
-from themis_slurm.policies.common import Round, priority_fill
+from themis_slurm.policies.common import BaselineScratchpad, priority_fill
 
 
 class FifoPolicy:
@@ -27,11 +27,11 @@ class FifoPolicy:
     grants_only_free_or_expired = True
 
     def schedule(self, ctx: PolicyContext) -> Decision:
-        rnd = Round(ctx.state, self.name)
+        pad = BaselineScratchpad(ctx.state, self.name)
         arrival = {a.id: a.arrival for a in ctx.state.apps}
-        order = sorted(rnd.jobs.values(), key=lambda j: (arrival[j.app_id], j.app_id, j.submit, j.id))
-        priority_fill(rnd, order, lambda j, p: rnd.fit(j, pool=p), strict=True, source="fifo")
-        return rnd.decision(order)
+        order = sorted(pad.jobs.values(), key=lambda j: (arrival[j.app_id], j.app_id, j.submit, j.id))
+        priority_fill(pad, order, lambda j, p: pad.fit(j, pool=p), strict=True, source="fifo")
+        return pad.decision(order)
 
     def next_wakeup(self, now: float) -> float | None:
         return None

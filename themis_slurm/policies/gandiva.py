@@ -34,11 +34,13 @@ from themis_slurm.core.decision import Decision
 from themis_slurm.core.placement import Pool
 from themis_slurm.core.workload import Job
 from themis_slurm.policies.base import PolicyContext
-from themis_slurm.policies.common import INF, EpochClock, Round, WaitClock, priority_fill
+from themis_slurm.policies.common import INF, BaselineScratchpad, EpochClock, WaitClock, priority_fill
 
 
 class GandivaPolicy:
     name = "gandiva"
+    #: time-slices: preempts running jobs at quantum boundaries, whatever their leases (see Policy)
+    grants_only_free_or_expired = False
 
     def __init__(self, quantum_s: float = 600.0, affinity: bool = True, migrate: bool = True) -> None:
         self.epochs = EpochClock(quantum_s)
@@ -49,50 +51,50 @@ class GandivaPolicy:
         self._wake: float | None = None
 
     def schedule(self, ctx: PolicyContext) -> Decision:
-        rnd = Round(ctx.state, self.name)
-        now = rnd.now
-        self._clock.sync(rnd)
-        rotatable = self.epochs.rotatable(rnd)
-        waiting = sorted(rnd.waiting(), key=lambda j: self._clock.key(j.id))
-        order = waiting + [rnd.jobs[jid] for jid in rotatable]
+        pad = BaselineScratchpad(ctx.state, self.name)
+        now = pad.now
+        self._clock.sync(pad)
+        rotatable = self.epochs.rotatable(pad)
+        waiting = sorted(pad.waiting(), key=lambda j: self._clock.key(j.id))
+        order = waiting + [pad.jobs[jid] for jid in rotatable]
 
         # affinity: nodes already running jobs of each GPU count
         by_size: dict[int, set[str]] = {}
-        for lease in rnd.running.values():
-            by_size.setdefault(len(lease.gpus), set()).update(rnd.topo.nodes_of(lease.gpus))
+        for lease in pad.running.values():
+            by_size.setdefault(len(lease.gpus), set()).update(pad.topo.nodes_of(lease.gpus))
 
         def placer(job: Job, pool: Pool) -> frozenset[int] | None:
-            if job.id in rnd.preempted and not self.migrate:
+            if job.id in pad.preempted and not self.migrate:
                 return None
-            anywhere = rnd.fit(job, pool=pool)
+            anywhere = pad.fit(job, pool=pool)
             nodes = by_size.get(job.gpus) if self.affinity else None
             if anywhere is None or not nodes:
                 return anywhere
-            near = rnd.fit(job, pool=pool, within=sorted(nodes))
-            if near is not None and rnd.topo.level_of(near) <= rnd.topo.level_of(anywhere):
+            near = pad.fit(job, pool=pool, within=sorted(nodes))
+            if near is not None and pad.topo.level_of(near) <= pad.topo.level_of(anywhere):
                 return near
             return anywhere
 
         def victims(job: Job) -> list[str]:
             nonlocal rotatable
-            rotatable = [jid for jid in rotatable if jid not in rnd.preempted]  # shrink as they go
+            rotatable = [jid for jid in rotatable if jid not in pad.preempted]  # shrink as they go
             return rotatable
 
         priority_fill(
-            rnd, order, placer, victims_for=victims, source="gandiva",
+            pad, order, placer, victims_for=victims, source="gandiva",
             preempt_reason=lambda j: f"quantum over; suspended for job {j.id}",
         )  # fmt: skip
-        for jid in rnd.preempted:
-            if jid not in rnd.granted:
+        for jid in pad.preempted:
+            if jid not in pad.granted:
                 self._clock.requeue(jid, now)
-        oversubscribed = any(not rnd.is_active(j.id) for j in rnd.jobs.values())
+        oversubscribed = any(not pad.is_active(j.id) for j in pad.jobs.values())
         expiry = self.epochs.after(now) if oversubscribed else INF
-        rnd.set_expiry(expiry)
-        for job in rnd.jobs.values():
-            if not rnd.is_active(job.id):
-                rnd.why_wait[job.id] = f"time-sliced: next quantum at t={self.epochs.after(now):.0f}"
+        pad.set_expiry(expiry)
+        for job in pad.jobs.values():
+            if not pad.is_active(job.id):
+                pad.why_wait[job.id] = f"time-sliced: next quantum at t={self.epochs.after(now):.0f}"
         self._wake = expiry if oversubscribed else None
-        return rnd.decision(order, renew_expiry=expiry)
+        return pad.decision(order, renew_expiry=expiry)
 
     def next_wakeup(self, now: float) -> float | None:
         return self._wake if self._wake is not None and self._wake > now else None

@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from themis_slurm.core.decision import Decision
 from themis_slurm.core.workload import Job
 from themis_slurm.policies.base import PolicyContext
-from themis_slurm.policies.common import INF, Round
+from themis_slurm.policies.common import INF, BaselineScratchpad
 
 _TOL = 1e-9
 
@@ -61,6 +61,8 @@ def water_fill(capacity: float, demands: Mapping[str, float]) -> dict[str, float
 
 class MaxMinPolicy:
     name = "maxmin"
+    #: re-shares: preempts running jobs of apps above their max-min share (see Policy)
+    grants_only_free_or_expired = False
 
     def __init__(self, min_run_s: float = 300.0) -> None:
         if min_run_s < 0:
@@ -69,16 +71,16 @@ class MaxMinPolicy:
         self._wake: float | None = None
 
     def schedule(self, ctx: PolicyContext) -> Decision:
-        rnd = Round(ctx.state, self.name)
-        now = rnd.now
+        pad = BaselineScratchpad(ctx.state, self.name)
+        now = pad.now
         capacity = len(ctx.state.free) + sum(len(lease.gpus) for lease in ctx.state.leases)
         demand = {a.id: float(sum(j.gpus for j in a.jobs)) for a in ctx.state.apps}
         share = water_fill(capacity, demand)
-        held = {aid: float(n) for aid, n in rnd.app_gpus().items()}
+        held = {aid: float(n) for aid, n in pad.app_gpus().items()}
         arrival = {a.id: (a.arrival, a.id) for a in ctx.state.apps}
         queues: dict[str, deque[Job]] = {
             a.id: deque(
-                sorted((j for j in a.jobs if j.id not in rnd.running), key=lambda j: (j.submit, j.id))
+                sorted((j for j in a.jobs if j.id not in pad.running), key=lambda j: (j.submit, j.id))
             )
             for a in ctx.state.apps
         }
@@ -89,7 +91,7 @@ class MaxMinPolicy:
             return (held[aid] / share[aid] if share[aid] > 0 else math.inf, arrival[aid])
 
         def placer(j: Job, p) -> frozenset[int] | None:
-            return rnd.fit(j, pool=p)
+            return pad.fit(j, pool=p)
 
         order: list[Job] = []
         live = {aid for aid, q in queues.items() if q}
@@ -99,42 +101,42 @@ class MaxMinPolicy:
             if not queues[aid]:
                 live.discard(aid)
             order.append(job)
-            got = rnd.fit(job)
+            got = pad.fit(job)
             under = held[aid] + job.gpus <= share[aid] + _TOL
             if got is None and under and job.gpus < failed_size.get(aid, math.inf):
-                victims, blocked = self._victims(rnd, job, share, held)
+                victims, blocked = self._victims(pad, job, share, held)
                 protected_until = min(protected_until, blocked)
-                before = set(rnd.preempted)
-                got = rnd.fit_with_preemption(
+                before = set(pad.preempted)
+                got = pad.fit_with_preemption(
                     job, victims, placer, f"above its fair share; GPUs go to app {aid}"
                 )
                 if got is None:
                     failed_size[aid] = job.gpus
-                for jid in set(rnd.preempted) - before:
-                    held[rnd.jobs[jid].app_id] -= len(rnd.running[jid].gpus)
+                for jid in set(pad.preempted) - before:
+                    held[pad.jobs[jid].app_id] -= len(pad.running[jid].gpus)
             if got is None:
-                rnd.wait(job, f"does not fit (app holds {held[aid]:.0f} of its {share[aid]:.1f} GPU share)")
+                pad.wait(job, f"does not fit (app holds {held[aid]:.0f} of its {share[aid]:.1f} GPU share)")
                 continue
-            rnd.grant(job, got, source="maxmin")
+            pad.grant(job, got, source="maxmin")
             held[aid] += len(got)
         for a in ctx.state.apps:
-            rnd.note(a.id, f"fair share {share[a.id]:.1f} GPU(s), holds {held[a.id]:.0f}")
+            pad.note(a.id, f"fair share {share[a.id]:.1f} GPU(s), holds {held[a.id]:.0f}")
         self._wake = protected_until if math.isfinite(protected_until) and protected_until > now else None
-        return rnd.decision(order)
+        return pad.decision(order)
 
     def _victims(
-        self, rnd: Round, job: Job, share: Mapping[str, float], held: Mapping[str, float]
+        self, pad: BaselineScratchpad, job: Job, share: Mapping[str, float], held: Mapping[str, float]
     ) -> tuple[list[str], float]:
         """Jobs `job`'s app may take GPUs from (first = first to go), and when the earliest protected
         candidate stops being protected (inf if none). Per victim app, jobs are listed (most recently
         started first) only while the app would stay at or above its share after losing all of them."""
         per_app: dict[str, list[tuple[float, str]]] = {}
         blocked = INF
-        for jid, lease in rnd.holding().items():
-            victim = rnd.jobs[jid]
+        for jid, lease in pad.holding().items():
+            victim = pad.jobs[jid]
             if victim.app_id == job.app_id or not victim.preemptible:
                 continue
-            if rnd.now - lease.start < self.min_run_s:
+            if pad.now - lease.start < self.min_run_s:
                 blocked = min(blocked, lease.start + self.min_run_s)
                 continue
             per_app.setdefault(victim.app_id, []).append((-lease.start, jid))
@@ -142,7 +144,7 @@ class MaxMinPolicy:
         for owner, jobs in per_app.items():
             left = held[owner]
             for neg_start, jid in sorted(jobs):
-                left -= len(rnd.running[jid].gpus)
+                left -= len(pad.running[jid].gpus)
                 if left < share[owner] - _TOL:
                     break
                 out.append(((-(held[owner] - share[owner]), owner, neg_start, jid), jid))

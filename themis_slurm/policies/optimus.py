@@ -34,7 +34,7 @@ from themis_slurm.core.placement import get_profile
 from themis_slurm.core.topology import Level
 from themis_slurm.core.workload import Job
 from themis_slurm.policies.base import PolicyContext
-from themis_slurm.policies.common import MIN_REMAINING, Round, grow_elastic, priority_fill
+from themis_slurm.policies.common import MIN_REMAINING, BaselineScratchpad, grow_elastic, priority_fill
 
 
 class OptimusPolicy:
@@ -58,22 +58,22 @@ class OptimusPolicy:
         return max(job.remaining, MIN_REMAINING) / rate
 
     def schedule(self, ctx: PolicyContext) -> Decision:
-        rnd = Round(ctx.state, self.name)
-        topo = rnd.topo
+        pad = BaselineScratchpad(ctx.state, self.name)
+        topo = pad.topo
 
         def gpu_time(j: Job) -> float:
             g = j.min_gpus
             return g * self.completion_time(j, g, topo.best_level(g, j.gpus_per_node, j.nodes))
 
-        cost = {j.id: gpu_time(j) for j in rnd.waiting()}
-        order = sorted(rnd.waiting(), key=lambda j: (cost[j.id], j.submit, j.id))
-        priority_fill(rnd, order, lambda j, p: rnd.fit(j, gpus=j.min_gpus, pool=p), source="optimus")
+        cost = {j.id: gpu_time(j) for j in pad.waiting()}
+        order = sorted(pad.waiting(), key=lambda j: (cost[j.id], j.submit, j.id))
+        priority_fill(pad, order, lambda j, p: pad.fit(j, gpus=j.min_gpus, pool=p), source="optimus")
         if self.grow:
-            grow_elastic(rnd, lambda j, g, lvl: -self.completion_time(j, g, lvl))
+            grow_elastic(pad, lambda j, g, lvl: -self.completion_time(j, g, lvl))
         for j in order:
-            if not rnd.is_active(j.id):
-                rnd.why_wait[j.id] = f"needs {cost[j.id]:.0f} GPU-s: {rnd.why_wait.get(j.id, 'does not fit')}"
-        return rnd.decision(order)
+            if not pad.is_active(j.id):
+                pad.why_wait[j.id] = f"needs {cost[j.id]:.0f} GPU-s: {pad.why_wait.get(j.id, 'does not fit')}"
+        return pad.decision(order)
 
     def next_wakeup(self, now: float) -> float | None:
         return None

@@ -35,11 +35,20 @@ from themis_slurm.core.placement import get_profile
 from themis_slurm.core.topology import Level
 from themis_slurm.core.workload import Job
 from themis_slurm.policies.base import PolicyContext
-from themis_slurm.policies.common import INF, MIN_REMAINING, EpochClock, Round, grow_elastic, priority_fill
+from themis_slurm.policies.common import (
+    INF,
+    MIN_REMAINING,
+    BaselineScratchpad,
+    EpochClock,
+    grow_elastic,
+    priority_fill,
+)
 
 
 class SlaqPolicy:
     name = "slaq"
+    #: re-allocates every epoch and may preempt running jobs (see Policy)
+    grants_only_free_or_expired = False
 
     def __init__(
         self,
@@ -70,8 +79,8 @@ class SlaqPolicy:
         return self.loss(job.done) - self.loss(job.done + step)
 
     def schedule(self, ctx: PolicyContext) -> Decision:
-        rnd = Round(ctx.state, self.name)
-        topo, now = rnd.topo, rnd.now
+        pad = BaselineScratchpad(ctx.state, self.name)
+        topo, now = pad.topo, pad.now
 
         def per_gpu(job: Job, gpus: frozenset[int] | None = None) -> float:
             if gpus is None:
@@ -81,31 +90,31 @@ class SlaqPolicy:
                 g, lvl = len(gpus), topo.level_of(gpus)
             return self.reduction(job, g, lvl) / g
 
-        value = {j.id: per_gpu(j) for j in rnd.waiting()}
-        value.update({jid: per_gpu(rnd.jobs[jid], lease.gpus) for jid, lease in rnd.running.items()})
-        order = sorted(rnd.waiting(), key=lambda j: (-value[j.id], j.submit, j.id))
-        rotatable = self.epochs.rotatable(rnd) if self.preempt else []
+        value = {j.id: per_gpu(j) for j in pad.waiting()}
+        value.update({jid: per_gpu(pad.jobs[jid], lease.gpus) for jid, lease in pad.running.items()})
+        order = sorted(pad.waiting(), key=lambda j: (-value[j.id], j.submit, j.id))
+        rotatable = self.epochs.rotatable(pad) if self.preempt else []
 
         def victims(job: Job) -> list[str]:
             bar = value[job.id] / (1.0 + self.hysteresis)
             cands = [jid for jid in rotatable if value[jid] < bar]
-            return sorted(cands, key=lambda jid: (value[jid], -rnd.running[jid].start, jid))
+            return sorted(cands, key=lambda jid: (value[jid], -pad.running[jid].start, jid))
 
         priority_fill(
-            rnd, order, lambda j, p: rnd.fit(j, gpus=j.min_gpus, pool=p), victims_for=victims,
+            pad, order, lambda j, p: pad.fit(j, gpus=j.min_gpus, pool=p), victims_for=victims,
             source="slaq", preempt_reason=lambda j: f"job {j.id} would reduce its loss more per GPU",
         )  # fmt: skip
-        grow_elastic(rnd, self.reduction)
-        oversubscribed = any(not rnd.is_active(j.id) for j in rnd.jobs.values())
+        grow_elastic(pad, self.reduction)
+        oversubscribed = any(not pad.is_active(j.id) for j in pad.jobs.values())
         expiry = self.epochs.after(now) if oversubscribed else INF
-        rnd.set_expiry(expiry)
+        pad.set_expiry(expiry)
         for j in order:
-            if not rnd.is_active(j.id):
-                rnd.why_wait[j.id] = (
-                    f"loss reduction {value[j.id]:.2e}/GPU: {rnd.why_wait.get(j.id, 'does not fit')}"
+            if not pad.is_active(j.id):
+                pad.why_wait[j.id] = (
+                    f"loss reduction {value[j.id]:.2e}/GPU: {pad.why_wait.get(j.id, 'does not fit')}"
                 )
         self._wake = expiry if oversubscribed else None
-        return rnd.decision(order, renew_expiry=expiry)
+        return pad.decision(order, renew_expiry=expiry)
 
     def next_wakeup(self, now: float) -> float | None:
         return self._wake if self._wake is not None and self._wake > now else None

@@ -30,7 +30,7 @@ from themis_slurm.core.decision import Decision
 from themis_slurm.core.placement import Pool
 from themis_slurm.core.workload import Job
 from themis_slurm.policies.base import PolicyContext
-from themis_slurm.policies.common import Round, estimated_runtime
+from themis_slurm.policies.common import BaselineScratchpad, estimated_runtime
 
 DAY = 86400.0
 
@@ -86,80 +86,80 @@ class SlurmPolicy:
 
     # ----------------------------------------------------------------- schedule
     def schedule(self, ctx: PolicyContext) -> Decision:
-        rnd = Round(ctx.state, self.name)
-        now, topo = rnd.now, rnd.topo
+        pad = BaselineScratchpad(ctx.state, self.name)
+        now, topo = pad.now, pad.topo
         self._account(now)
         owner = {a.id: a.owner for a in ctx.state.apps}
         users = len(set(owner.values()) | set(self.usage)) or 1
-        prio = {j.id: self.priority(j, owner[j.app_id], now, users) for j in rnd.waiting()}
-        order = sorted(rnd.waiting(), key=lambda j: (-prio[j.id], j.submit, j.id))
+        prio = {j.id: self.priority(j, owner[j.app_id], now, users) for j in pad.waiting()}
+        order = sorted(pad.waiting(), key=lambda j: (-prio[j.id], j.submit, j.id))
 
         shadow: float | None = None  # reservation start
         reserved: frozenset[int] = frozenset()
         outside: Pool | None = None  # free GPUs minus the reserved ones
         for job in order:
             if shadow is None:
-                got = rnd.fit(job)
+                got = pad.fit(job)
                 if got is not None:
-                    rnd.grant(job, got, source="priority")
+                    pad.grant(job, got, source="priority")
                     continue
                 if not self.backfill:
-                    rnd.wait(job, "highest priority; does not fit")
+                    pad.wait(job, "highest priority; does not fit")
                     for later in order:
-                        if not rnd.is_active(later.id):
-                            rnd.wait(later, f"behind job {job.id} (no backfill)")
+                        if not pad.is_active(later.id):
+                            pad.wait(later, f"behind job {job.id} (no backfill)")
                     break
-                res = self._reserve(rnd, job)
+                res = self._reserve(pad, job)
                 if res is None:
-                    rnd.wait(job, "can never fit on the GPUs this policy manages")
+                    pad.wait(job, "can never fit on the GPUs this policy manages")
                     continue
                 shadow, reserved = res
-                outside = Pool(topo, rnd.pool.free_ids() - reserved)
-                rnd.wait(job, f"highest priority; reserved {len(reserved)} GPU(s) at t={shadow:.0f}")
+                outside = Pool(topo, pad.pool.free_ids() - reserved)
+                pad.wait(job, f"highest priority; reserved {len(reserved)} GPU(s) at t={shadow:.0f}")
                 continue
             assert outside is not None
-            got = rnd.fit(job)
+            got = pad.fit(job)
             if got is not None and now + estimated_runtime(job, got, topo) <= shadow:
                 how = "backfill: ends before the reservation"
             else:
-                got = rnd.fit(job, pool=outside)
+                got = pad.fit(job, pool=outside)
                 how = "backfill: avoids the reserved GPUs"
             if got is None:
-                rnd.wait(job, f"would delay the reservation at t={shadow:.0f}")
+                pad.wait(job, f"would delay the reservation at t={shadow:.0f}")
                 continue
-            rnd.grant(job, got, source="backfill")
+            pad.grant(job, got, source="backfill")
             outside.take(got - reserved)
-            rnd.note(job.app_id, f"job {job.id} {how}")
+            pad.note(job.app_id, f"job {job.id} {how}")
         for a in ctx.state.apps:
             best = max((prio[j.id] for j in a.jobs if j.id in prio), default=None)
             if best is not None:
-                rnd.note(a.id, f"priority {best:.0f} (fair share {self.fairshare(a.owner, users):.3f})")
+                pad.note(a.id, f"priority {best:.0f} (fair share {self.fairshare(a.owner, users):.3f})")
         self._holding = {}
-        for jid in rnd.jobs:
-            if rnd.is_active(jid):
-                n = len(rnd.granted[jid].gpus) if jid in rnd.granted else len(rnd.running[jid].gpus)
-                user = owner[rnd.jobs[jid].app_id]
+        for jid in pad.jobs:
+            if pad.is_active(jid):
+                n = len(pad.granted[jid].gpus) if jid in pad.granted else len(pad.running[jid].gpus)
+                user = owner[pad.jobs[jid].app_id]
                 self._holding[user] = self._holding.get(user, 0) + n
-        return rnd.decision(order)
+        return pad.decision(order)
 
-    def _reserve(self, rnd: Round, job: Job) -> tuple[float, frozenset[int]] | None:
+    def _reserve(self, pad: BaselineScratchpad, job: Job) -> tuple[float, frozenset[int]] | None:
         """Earliest estimated time and GPUs at which `job` fits, releasing running jobs (and those just
         started) at their estimated ends."""
-        topo, now = rnd.topo, rnd.now
+        topo, now = pad.topo, pad.now
         ends: list[tuple[float, str, frozenset[int]]] = []
-        for jid, lease in rnd.holding().items():
-            ends.append((now + estimated_runtime(rnd.jobs[jid], lease.gpus, topo), jid, lease.gpus))
-        for jid, g in rnd.granted.items():
-            ends.append((now + estimated_runtime(rnd.jobs[jid], g.gpus, topo), jid, g.gpus))
+        for jid, lease in pad.holding().items():
+            ends.append((now + estimated_runtime(pad.jobs[jid], lease.gpus, topo), jid, lease.gpus))
+        for jid, g in pad.granted.items():
+            ends.append((now + estimated_runtime(pad.jobs[jid], g.gpus, topo), jid, g.gpus))
         ends.sort()
-        pool = Pool(topo, rnd.pool.free_ids())
+        pool = Pool(topo, pad.pool.free_ids())
         i = 0
         while i < len(ends):
             t = ends[i][0]
             while i < len(ends) and ends[i][0] <= t:
                 pool.give(ends[i][2])
                 i += 1
-            got = rnd.fit(job, pool=pool)
+            got = pad.fit(job, pool=pool)
             if got is not None:
                 return max(t, now), got
         return None

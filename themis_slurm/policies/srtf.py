@@ -20,7 +20,7 @@ from __future__ import annotations
 from themis_slurm.core.decision import Decision
 from themis_slurm.core.workload import Job
 from themis_slurm.policies.base import PolicyContext
-from themis_slurm.policies.common import MIN_REMAINING, Round, priority_fill
+from themis_slurm.policies.common import MIN_REMAINING, BaselineScratchpad, priority_fill
 
 
 def remaining_time(job: Job) -> float:
@@ -29,16 +29,18 @@ def remaining_time(job: Job) -> float:
 
 class SrtfPolicy:
     name = "srtf"
+    #: preempts a running job for a shorter waiting one (see Policy)
+    grants_only_free_or_expired = False
 
     def __init__(self, preempt: bool = True) -> None:
         self.preempt = preempt
 
     def schedule(self, ctx: PolicyContext) -> Decision:
-        rnd = Round(ctx.state, self.name)
+        pad = BaselineScratchpad(ctx.state, self.name)
 
-        key = {j.id: (remaining_time(j), j.submit, j.id) for j in rnd.jobs.values()}
-        order = sorted(rnd.jobs.values(), key=lambda j: key[j.id])
-        longest_first = sorted(rnd.running, key=key.__getitem__, reverse=True)
+        key = {j.id: (remaining_time(j), j.submit, j.id) for j in pad.jobs.values()}
+        order = sorted(pad.jobs.values(), key=lambda j: key[j.id])
+        longest_first = sorted(pad.running, key=key.__getitem__, reverse=True)
 
         def victims(job: Job) -> list[str]:
             mine = key[job.id][0]
@@ -46,19 +48,19 @@ class SrtfPolicy:
             for jid in longest_first:
                 if key[jid][0] <= mine:
                     break
-                if jid not in rnd.preempted:
+                if jid not in pad.preempted:
                     out.append(jid)
             return out
 
         priority_fill(
-            rnd,
+            pad,
             order,
-            lambda j, p: rnd.fit(j, pool=p),
+            lambda j, p: pad.fit(j, pool=p),
             victims_for=victims if self.preempt else None,
             source="srtf",
             preempt_reason=lambda j: f"job {j.id} has less remaining time",
         )
-        return rnd.decision(order)
+        return pad.decision(order)
 
     def next_wakeup(self, now: float) -> float | None:
         return None

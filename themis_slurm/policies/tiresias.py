@@ -37,11 +37,13 @@ from collections.abc import Sequence
 from themis_slurm.core.decision import Decision
 from themis_slurm.core.workload import Job
 from themis_slurm.policies.base import PolicyContext
-from themis_slurm.policies.common import INF, Round, WaitClock, priority_fill, profile_sensitive
+from themis_slurm.policies.common import INF, BaselineScratchpad, WaitClock, priority_fill, profile_sensitive
 
 
 class TiresiasPolicy:
     name = "tiresias"
+    #: demotes and preempts running jobs of lower-priority queues (see Policy)
+    grants_only_free_or_expired = False
 
     def __init__(
         self,
@@ -69,73 +71,73 @@ class TiresiasPolicy:
         """0 is the highest-priority queue."""
         return bisect.bisect_right(self.thresholds, self._service(job))
 
-    def _promote(self, rnd: Round) -> None:
+    def _promote(self, pad: BaselineScratchpad) -> None:
         if self.promote_knob <= 0:
             return
-        for job in rnd.waiting():
+        for job in pad.waiting():
             executed = job.service / job.gpus
             if executed <= 0 or self.queue_of(job) == 0:
                 continue
-            waited = rnd.now - self._clock.since(job.id)
+            waited = pad.now - self._clock.since(job.id)
             if waited >= self.promote_knob * executed - 1e-6:
                 self._base[job.id] = job.service
-                rnd.note(job.app_id, f"job {job.id} promoted to queue 0 (waited {waited:.0f}s)")
+                pad.note(job.app_id, f"job {job.id} promoted to queue 0 (waited {waited:.0f}s)")
 
     # ----------------------------------------------------------------- schedule
     def schedule(self, ctx: PolicyContext) -> Decision:
-        rnd = Round(ctx.state, self.name)
-        self._clock.sync(rnd)
-        self._base = {jid: b for jid, b in self._base.items() if jid in rnd.jobs}
-        self._promote(rnd)
-        queue = {jid: self.queue_of(j) for jid, j in rnd.jobs.items()}
+        pad = BaselineScratchpad(ctx.state, self.name)
+        self._clock.sync(pad)
+        self._base = {jid: b for jid, b in self._base.items() if jid in pad.jobs}
+        self._promote(pad)
+        queue = {jid: self.queue_of(j) for jid, j in pad.jobs.items()}
 
         def key(j: Job) -> tuple:
             return (queue[j.id], j.submit, j.id)
 
-        order = sorted(rnd.jobs.values(), key=key)
+        order = sorted(pad.jobs.values(), key=key)
 
         def placer(job: Job, pool) -> frozenset[int] | None:
-            return rnd.fit(job, pool=pool, consolidate=self.consolidate and profile_sensitive(job))
+            return pad.fit(job, pool=pool, consolidate=self.consolidate and profile_sensitive(job))
 
         # lowest queue first, and inside a queue the job that started last first
-        lowest_first = sorted(rnd.running, key=lambda jid: (-queue[jid], -rnd.running[jid].start, jid))
+        lowest_first = sorted(pad.running, key=lambda jid: (-queue[jid], -pad.running[jid].start, jid))
 
         def victims(job: Job) -> list[str]:
             out = []
             for jid in lowest_first:
                 if queue[jid] <= queue[job.id]:
                     break
-                if jid not in rnd.preempted:
+                if jid not in pad.preempted:
                     out.append(jid)
             return out
 
         priority_fill(
-            rnd, order, placer, victims_for=victims, source="tiresias",
+            pad, order, placer, victims_for=victims, source="tiresias",
             preempt_reason=lambda j: f"lower queue than job {j.id} (queue {queue[j.id]})",
         )  # fmt: skip
-        for jid in rnd.preempted:
-            if jid not in rnd.granted:
-                self._clock.requeue(jid, rnd.now)
-        for job in rnd.waiting():
-            if not rnd.is_active(job.id) and job.id in rnd.why_wait:
-                rnd.why_wait[job.id] = f"queue {queue[job.id]}: {rnd.why_wait[job.id]}"
-        self._wake = self._next_event(rnd, queue)
-        return rnd.decision(order)
+        for jid in pad.preempted:
+            if jid not in pad.granted:
+                self._clock.requeue(jid, pad.now)
+        for job in pad.waiting():
+            if not pad.is_active(job.id) and job.id in pad.why_wait:
+                pad.why_wait[job.id] = f"queue {queue[job.id]}: {pad.why_wait[job.id]}"
+        self._wake = self._next_event(pad, queue)
+        return pad.decision(order)
 
-    def _next_event(self, rnd: Round, queue: dict[str, int]) -> float | None:
+    def _next_event(self, pad: BaselineScratchpad, queue: dict[str, int]) -> float | None:
         """Earliest future queue crossing of a kept running job or promotion of a waiting one."""
-        waiting = [j for j in rnd.jobs.values() if not rnd.is_active(j.id)]
+        waiting = [j for j in pad.jobs.values() if not pad.is_active(j.id)]
         if not waiting:
             return None
         t = INF
-        for jid, lease in rnd.holding().items():
+        for jid, lease in pad.holding().items():
             q = queue[jid]
             if q < len(self.thresholds):
-                t = min(t, rnd.now + (self.thresholds[q] - self._service(rnd.jobs[jid])) / len(lease.gpus))
-        for g in rnd.granted.values():
+                t = min(t, pad.now + (self.thresholds[q] - self._service(pad.jobs[jid])) / len(lease.gpus))
+        for g in pad.granted.values():
             q = queue[g.job_id]
             if q < len(self.thresholds):
-                t = min(t, rnd.now + (self.thresholds[q] - self._service(rnd.jobs[g.job_id])) / len(g.gpus))
+                t = min(t, pad.now + (self.thresholds[q] - self._service(pad.jobs[g.job_id])) / len(g.gpus))
         if self.promote_knob > 0:
             for job in waiting:
                 executed = job.service / job.gpus
@@ -143,7 +145,7 @@ class TiresiasPolicy:
                     t = min(t, self._clock.since(job.id) + self.promote_knob * executed)
         if not math.isfinite(t):
             return None
-        return max(t, rnd.now + 1e-6)
+        return max(t, pad.now + 1e-6)
 
     def next_wakeup(self, now: float) -> float | None:
         return self._wake if self._wake is not None and self._wake > now else None

@@ -11,16 +11,18 @@ Model (choices and why):
 * **Work** of a trace job is ``duration_s x gpus`` ideal GPU-seconds (the trace's run time is on its own GPUs
   at ideal placement). A running job progresses at ``|G| x factor(level(G))`` (core placement model).
 * **Estimates**: policies see ``Job.work`` = true work x an :class:`EstimateError` factor and ``Job.done``;
-  completion uses true work. A job that outlives its estimate gets it bumped (:func:`estimates.bumped`).
+  completion uses true work. A job that outlives its estimate gets it bumped (:func:`estimate_error.bumped`).
 * **Preemption** keeps progress (the job checkpoints on SIGUSR1, as the daemon asks Slurm jobs to) and the
   job pays ``restart_cost_s`` of no progress when it next starts (also on a migration), while holding its
   GPUs: restart cost is GPU time used, as on a real cluster.
 * **Leases**: a renewal extends the lease in place at no cost. An expired lease that the policy neither renews
   nor preempts keeps running (and shows as expired at later calls): the caller never kills a job on its own.
-* **Calls**: the policy is called at an instant when a lease expired, its wake-up fell due, or jobs wait. A
-  policy that declares ``grants_only_free_or_expired = True`` (Themis does by construction: it only hands out
-  free GPUs and GPUs of expired leases) is not called while no GPU is free and no lease expired, since the
-  call could not change anything. This keeps Themis's per-event cost down on a full cluster.
+* **Calls**: the policy is called at an instant when a lease expired, its wake-up fell due, or jobs wait. Every
+  policy declares ``grants_only_free_or_expired`` (:class:`~themis_slurm.policies.base.Policy`); one that
+  declares True (Themis by construction: it only hands out free GPUs and GPUs of expired leases; the
+  baselines that never preempt) is not called while no GPU is free and no lease expired, since the call
+  could not change anything. This keeps Themis's per-event cost down on a full cluster. The simulator knows
+  no policy by name or class.
 * **Contention** N at an instant is the number of apps with present (arrived, unfinished) jobs; an app's
   contention is the time-average of max(1, N) over its life so far, which is what
   :class:`~themis_slurm.core.fairness.ContentionClock` computes; a single cluster-wide clock is kept and each
@@ -40,13 +42,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from themis_slurm.core.arbiter import ArbiterConfig
 from themis_slurm.core.decision import Decision
 from themis_slurm.core.placement import DEFAULT_PROFILE, get_profile
 from themis_slurm.core.state import ClusterState
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import App, Job, Lease
-from themis_slurm.policies.base import Policy, PolicyContext, ThemisPolicy
-from themis_slurm.sim.estimates import EstimateError, bumped
+from themis_slurm.policies.base import Policy, PolicyContext
+from themis_slurm.sim.estimate_error import EstimateError, bumped
 from themis_slurm.sim.trace import Trace, TraceJob
 from themis_slurm.sim.validate import Holding, InvalidDecision, check_decision
 
@@ -74,7 +77,11 @@ class SimulationStalled(RuntimeError):
 class SimConfig:
     """Knobs of the simulated world (not of the policy).
 
-    restart_cost_s: seconds of no progress (GPUs held) a preempted job pays when it starts again.
+    restart_cost_s: seconds of no progress (GPUs held) a preempted job pays when it starts again: what the
+        simulated world charges. Not a policy knob: Themis's bids assume their own
+        ``ArbiterConfig.restart_cost_s`` (the mechanism's model of this cost). The default is read from
+        ArbiterConfig, so that unless an experiment sets them apart (to study a wrong assumption) the world
+        charges what Themis assumes; ``themis simulate --restart-cost`` sets both.
     estimate_error: how wrong the work estimates policies see are.
     seed: for the estimate errors (policies get their own seeds).
     default_profile: placement profile of jobs whose model has none.
@@ -89,7 +96,7 @@ class SimConfig:
         at the next tick. An approximation that trades fidelity for speed on very large traces.
     """
 
-    restart_cost_s: float = 30.0
+    restart_cost_s: float = ArbiterConfig.restart_cost_s  # the world's cost; by default what Themis assumes
     estimate_error: EstimateError = field(default_factory=EstimateError)
     seed: int = 0
     default_profile: str = DEFAULT_PROFILE
@@ -238,7 +245,11 @@ class Simulator:
         self.policy_name = getattr(policy, "name", type(policy).__name__)
         self.observer = observer
         self.progress = progress
-        self._passive = bool(getattr(policy, "grants_only_free_or_expired", isinstance(policy, ThemisPolicy)))
+        passive = getattr(policy, "grants_only_free_or_expired", None)
+        if not isinstance(passive, bool):
+            raise TypeError(f"policy {self.policy_name!r} must declare grants_only_free_or_expired = True or False "
+                            "(see themis_slurm.policies.base.Policy)")  # fmt: skip
+        self._passive = passive
         tjobs = tuple(trace.jobs if isinstance(trace, Trace) else sorted(trace, key=lambda j: j.arrival_s))
         factors = self.cfg.estimate_error.factors(len(tjobs), self.cfg.seed)
         per_node = max(len(v) for v in topology.node_gpus.values())

@@ -12,6 +12,10 @@ first (nothing is applied when anything is wrong). The rules, in the order the s
   decision's preemptions, and are granted to no other job; a rigid gang gets exactly its GPU count, an
   elastic job 1..gpus; a node-shaped gang gets exactly ``gpus_per_node`` GPUs on each of ``nodes`` nodes;
   its lease expiry is after now (``inf``: no lease).
+
+This is the one decision validator: the simulator calls :func:`check_decision` with its own bookkeeping,
+and anyone holding only the :class:`~themis_slurm.core.state.ClusterState` the policy was given (policy
+tests, tools) calls :func:`check_decision_for_state`.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from themis_slurm.core.decision import Decision
+from themis_slurm.core.state import ClusterState
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import Job
 
@@ -118,3 +123,13 @@ def check_decision(
             fail(f"grants job {jid} a lease expiring at {g.lease_expiry:g}, not after now")
         granted_jobs.add(jid)
 
+
+def check_decision_for_state(policy: str, decision: Decision, state: ClusterState) -> None:
+    """:func:`check_decision` for a decision made on `state`: every job of the state is present, the leased
+    ones are running (preemptible as their Job says)."""
+    jobs = {j.id: j for a in state.apps for j in a.jobs}
+    running: dict[str, Holding] = {}
+    for lease in state.leases:
+        job = jobs[lease.job_id]
+        running[lease.job_id] = Holding(job.app_id, frozenset(lease.gpus), job.preemptible)
+    check_decision(policy, decision, state.now, state.topology, state.free, running, jobs)

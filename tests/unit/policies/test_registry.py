@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from themis_slurm.policies import POLICIES, ThemisPolicy, make_policy, policy_options
+from themis_slurm.core.arbiter import ArbiterConfig
+from themis_slurm.policies import NAMES, POLICIES, ThemisPolicy, make_policy, policy_options
 
 ALL = ["themis", "fifo", "gandiva", "maxmin", "optimus", "slaq", "slurm", "srtf", "tiresias"]
 
 
 def test_every_policy_is_registered_and_named() -> None:
     assert sorted(POLICIES) == sorted(ALL)
+    assert list(NAMES) == list(POLICIES) == ["themis", *sorted(ALL[1:])]
     for name in ALL:
         p = make_policy(name)
         assert p.name == name
@@ -52,3 +56,24 @@ def test_bad_option_values_are_rejected() -> None:
         make_policy("tiresias", thresholds=(100.0, 50.0))
     with pytest.raises(ValueError):
         make_policy("gandiva", quantum_s=0)
+
+
+def test_config_builds_themis_and_options_override_it() -> None:
+    cfg = ArbiterConfig(lease_s=900.0, seed=3, restart_cost_s=12.0)
+    p = make_policy("themis", cfg, fairness_knob=0.5)
+    assert isinstance(p, ThemisPolicy) and p.config == replace(cfg, fairness_knob=0.5)
+    assert make_policy("themis").config == ArbiterConfig()
+    assert POLICIES["themis"](cfg).config == cfg
+    assert make_policy("gandiva", cfg, quantum_s=60).quantum == 60  # baselines have no Themis knob
+    with pytest.raises(TypeError, match="ArbiterConfig"):
+        make_policy("themis", {"lease_s": 900.0})
+
+
+def test_every_policy_declares_whether_it_only_grants_free_or_expired() -> None:
+    passive = {}
+    for name in NAMES:
+        cls = type(make_policy(name))
+        assert isinstance(vars(cls).get("grants_only_free_or_expired"), bool), name
+        passive[name] = cls.grants_only_free_or_expired
+    assert passive == {"themis": True, "fifo": True, "optimus": True, "slurm": True, "gandiva": False,
+                       "maxmin": False, "slaq": False, "srtf": False, "tiresias": False}  # fmt: skip

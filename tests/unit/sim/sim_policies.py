@@ -14,6 +14,7 @@ class FifoFirstFit:
     """Grant waiting jobs in submit order wherever they fit (tightest placement), no leases, never preempt."""
 
     name = "fifo-test"
+    grants_only_free_or_expired = False  # called whenever jobs wait, like a baseline that may preempt
 
     def __init__(self, lease_s: float = math.inf) -> None:
         self.lease_s = lease_s

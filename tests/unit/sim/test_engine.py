@@ -20,7 +20,7 @@ from themis_slurm.sim.engine import (
     Simulator,
     simulate,
 )
-from themis_slurm.sim.estimates import EstimateError
+from themis_slurm.sim.estimate_error import EstimateError
 from themis_slurm.sim.trace import TraceJob
 from themis_slurm.sim.workload_paper import scaled_workload
 
@@ -130,6 +130,7 @@ class Spy:
 
     def __init__(self, inner) -> None:
         self.inner, self.name, self.seen = inner, inner.name, []
+        self.grants_only_free_or_expired = inner.grants_only_free_or_expired
 
     def schedule(self, ctx: PolicyContext) -> Decision:
         self.seen.append(ctx)
@@ -254,3 +255,17 @@ def test_stall_detected():
 def test_job_wider_than_cluster_rejected():
     with pytest.raises(ValueError, match="cluster has 4"):
         Simulator([TraceJob("j", "A", "u", 0.0, 8, 10.0)], Topology.uniform(1, 1, 4), FifoFirstFit())
+
+
+def test_policy_must_declare_whether_it_only_grants_free_or_expired():
+    class Undeclared:
+        name = "undeclared"
+
+        def schedule(self, ctx):
+            return Decision(now=ctx.state.now)
+
+        def next_wakeup(self, now):
+            return None
+
+    with pytest.raises(TypeError, match="grants_only_free_or_expired"):
+        Simulator([TraceJob("j", "A", "u", 0.0, 1, 10.0)], Topology.uniform(1, 1, 1), Undeclared())

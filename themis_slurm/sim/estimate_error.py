@@ -1,4 +1,7 @@
-"""Estimate errors: what policies believe a job's work to be, versus what it really is.
+"""Estimate errors the simulator injects: what policies believe a job's work to be, versus what it really is.
+
+Not to be confused with the daemon's work estimates of real Slurm jobs, nor with the API's finish-time
+(T_id, T_sh) estimates: this module only models how wrong the estimates a simulated policy sees are.
 
 The daemon only ever knows estimates (users' time limits, or a model's prediction), so the simulator keeps two
 numbers per job: the TRUE work that drives progress and completion, and the ESTIMATE that policies see as

@@ -1,0 +1,45 @@
+"""A baseline's allocation scratchpad checks the state it is given with the core's check, as the arbiter does."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from themis_slurm.core.topology import Topology
+from themis_slurm.core.workload import Lease
+from themis_slurm.policies import NAMES, make_policy
+from themis_slurm.policies.common import BaselineScratchpad
+
+from .helpers import app, ctx, job, state
+
+TOPO = Topology.uniform(1, 2, 2)
+
+
+def _state():
+    return state(TOPO, [app("A", [job("a1", "A"), job("a2", "A")]), app("B", [job("b1", "B", 2)])],
+                 running={"a1": {0}})  # fmt: skip
+
+
+def test_a_valid_state_is_accepted() -> None:
+    pad = BaselineScratchpad(_state(), "test")
+    assert set(pad.running) == {"a1"} and [j.id for j in pad.waiting()] == ["a2", "b1"]
+
+
+@pytest.mark.parametrize(
+    ("broken", "message"),
+    [
+        (lambda s: replace(s, free=s.free | {0}), "both free and leased"),
+        (lambda s: replace(s, free=s.free | {9}), "not in the topology"),
+        (lambda s: replace(s, leases=(*s.leases, Lease("ghost", frozenset({1}), 0.0, math.inf))), "unknown job"),
+        (lambda s: replace(s, apps=(*s.apps, app("C", [job("a2", "C")]))), "unique"),
+    ],
+)
+def test_every_baseline_rejects_a_broken_state(broken, message) -> None:
+    s = broken(_state())
+    with pytest.raises(ValueError, match=message):
+        BaselineScratchpad(s, "test")
+    for name in NAMES:
+        with pytest.raises(ValueError, match=message):
+            make_policy(name).schedule(ctx(s))
