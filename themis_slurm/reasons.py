@@ -88,6 +88,8 @@ def renewal_cause(cause: RenewalCause | str, cut_s: float | None = None, instead
     cause = RenewalCause(cause)
     if cause is RenewalCause.NOT_PREEMPTIBLE:
         return "not preemptible: keeps its GPUs"
+    if cause is RenewalCause.POLICY:
+        return "kept running by the (baseline) policy"
     if cause is RenewalCause.IN_PLACE:
         return f"renewed in place instead of moving job {instead_of or '?'} onto its GPUs"
     text = "won its GPUs back in the auction" if cause is RenewalCause.WON_BACK else "kept its GPUs as leftover"
@@ -104,6 +106,8 @@ def preemption_cause(cause: PreemptionCause | str) -> str:
     """Why a lease holder loses its GPUs."""
     if PreemptionCause(cause) is PreemptionCause.MOVED:
         return "lease expired; moved to other GPUs"
+    if PreemptionCause(cause) is PreemptionCause.POLICY:
+        return "taken back by the (baseline) policy"
     return "lease expired and lost the auction"
 
 

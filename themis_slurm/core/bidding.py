@@ -36,8 +36,7 @@ def collect_pool(rs: RoundState) -> None:
             rs.held[job.id] = lease
         elif not job.preemptible:
             rs.held[job.id] = lease
-            rs.renewals.append(Renewal(job.id, job.app_id, lease.gpus, rs.expiry, "not preemptible: keeps its GPUs",
-                                       RenewalCause.NOT_PREEMPTIBLE))  # fmt: skip
+            rs.renewals.append(Renewal(job.id, job.app_id, lease.gpus, rs.expiry, RenewalCause.NOT_PREEMPTIBLE))
         else:
             rs.homes[job.id] = lease.gpus
             pool_ids |= lease.gpus

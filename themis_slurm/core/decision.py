@@ -2,7 +2,8 @@
 
 Grants start jobs (and leases); renewals extend a lease holder that won its own GPUs back (no Slurm action,
 no restart); preemptions take GPUs from a holder whose lease expired and who lost. Every app gets an
-:class:`AppRecord` so that `themis explain` can say why a job runs or waits.
+:class:`AppRecord` so that `themis explain` can say why a job runs or waits. Everything is data (enums,
+counts, ids); sentences are made from it at the edges, by themis_slurm/reasons.py.
 """
 
 from __future__ import annotations
@@ -34,11 +35,13 @@ class RenewalCause(StrEnum):
     WON_BACK = "won_back"                 # won its own GPUs back in the auction
     LEFTOVER = "leftover"                 # kept its GPUs as leftover
     IN_PLACE = "in_place"                 # the daemon renewed it instead of moving a same-kind job onto its GPUs
+    POLICY = "policy"                     # a baseline policy kept it running (simulator only)
 
 
 class PreemptionCause(StrEnum):
     LOST = "lost"                         # lease expired and the job won nothing
     MOVED = "moved"                       # lease expired; the job starts again on other GPUs
+    POLICY = "policy"                     # a baseline policy took its GPUs back (simulator only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +82,9 @@ class Renewal:
     app_id: str
     gpus: frozenset[int]
     lease_expiry: float
-    reason: str
     cause: RenewalCause = RenewalCause.WON_BACK
     cut_s: float | None = None            # lease cut to this many seconds by the hidden payment
+    note: str = ""                        # a baseline's free-text note (Themis: empty; see themis_slurm.reasons)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +94,8 @@ class Preemption:
     job_id: str
     app_id: str
     gpus: frozenset[int]
-    reason: str
     cause: PreemptionCause = PreemptionCause.LOST
+    note: str = ""                        # a baseline's free-text note (Themis: empty)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +111,7 @@ class AppRecord:
     kept_gpus: int = 0
     payment_fraction: float | None = None  # c_i when it won something in the auction
     leftover_gpus: int = 0
-    reason: str = ""
+    note: str = ""                        # a baseline's free-text note (Themis: empty; words come from the fields)
     outcome: Outcome = Outcome.NOTHING_WAITING
     ranked: int = 0                       # how many apps were ranked (had waiting work) in the round
     kept_by: KeptBy = KeptBy.ALL

@@ -1,7 +1,7 @@
 """The last phase: turn the round state into a Decision (grants, renewals, preemptions, one AppRecord per app).
 
-Everything here is data: outcomes, counts, causes and the reservation note are typed fields; the `reason`
-strings kept on the records are a legacy rendering that the edges no longer read.
+Everything here is data: outcomes, counts, causes and the reservation note are typed fields; the words
+for them are made at the edges (themis_slurm/reasons.py).
 """
 
 from __future__ import annotations
@@ -55,25 +55,19 @@ def _actions(rs: RoundState) -> tuple[list[Grant], list[Preemption]]:
                 rs.renewals.append(_renewal(rs, aid, g))
                 continue
             if home is not None:
-                preemptions.append(Preemption(g.job_id, aid, home, "lease expired; moved to other GPUs",
-                                              PreemptionCause.MOVED))  # fmt: skip
+                preemptions.append(Preemption(g.job_id, aid, home, PreemptionCause.MOVED))
             grants.append(Grant(g.job_id, aid, g.gpus, topo.nodes_of(g.gpus), g.level.label, rs.expiry,
                                 rs.source[g.job_id], migrated=home is not None))  # fmt: skip
     for jid, home in rs.homes.items():
         if jid not in granted:
-            preemptions.append(Preemption(jid, rs.jobs[jid].app_id, home, "lease expired and lost the auction",
-                                          PreemptionCause.LOST))  # fmt: skip
+            preemptions.append(Preemption(jid, rs.jobs[jid].app_id, home, PreemptionCause.LOST))
     return grants, preemptions
 
 
 def _renewal(rs: RoundState, aid: str, g: Gang) -> Renewal:
-    won_back = rs.source[g.job_id] == "auction"
-    why = "won its GPUs back in the auction" if won_back else "kept its GPUs as leftover"
+    cause = RenewalCause.WON_BACK if rs.source[g.job_id] == "auction" else RenewalCause.LEFTOVER
     cut_s = rs.cut[g.job_id] - rs.now if g.job_id in rs.cut else None
-    if cut_s is not None:
-        why += f" (lease cut to {cut_s:.0f} s: hidden payment)"
-    return Renewal(g.job_id, aid, g.gpus, rs.cut.get(g.job_id, rs.expiry), why,
-                   RenewalCause.WON_BACK if won_back else RenewalCause.LEFTOVER, cut_s)  # fmt: skip
+    return Renewal(g.job_id, aid, g.gpus, rs.cut.get(g.job_id, rs.expiry), cause, cut_s)
 
 
 def _app_record(rs: RoundState, aid: str, rank_of: dict[str, int], bid_ids: set[str]) -> AppRecord:
@@ -91,28 +85,20 @@ def _app_record(rs: RoundState, aid: str, rank_of: dict[str, int], bid_ids: set[
     bid = aid in bid_ids
     kept_by = KeptBy.ALL
     if ag is None:
-        outcome, reason = Outcome.NOTHING_WAITING, "nothing waiting"
+        outcome = Outcome.NOTHING_WAITING
     elif not bid:
         outcome = Outcome.NOT_OFFERED
-        reason = f"not offered (rank {rank} of {len(rs.agents)}; f={rs.cfg.fairness_knob})"
     elif won is None:
-        outcome, reason = Outcome.LOST, f"bid (rank {rank}) but won nothing"
+        outcome = Outcome.LOST
     else:
-        outcome, reason = Outcome.WON, f"bid (rank {rank}), won {len(won.gpus)} GPU(s)"
+        outcome = Outcome.WON
         if pay is not None and pay.withheld:
             kept_by = KeptBy.PAYMENT
-            reason += f", kept {kept} after hidden payment c={pay.fraction:.3f}"
         elif kept < len(won.gpus):
             kept_by = KeptBy.VISIBILITY
-            reason += f", kept {kept} (rho down to the worst outside the auction)"
-    leftover = total - kept - by_reservation
-    if leftover:
-        reason += f"; {leftover} GPU(s) from leftover"
-    if aid in rs.reservation_notes:
-        reason += f"; {rs.reservation_notes[aid]}"
     return AppRecord(
         app_id=aid, rho_before=rs.rho_now[aid], rho_after=ag.rho_of(extra) if ag is not None else rs.rho_now[aid],
         rank=rank, bid=bid, won_gpus=len(won.gpus) if won else 0, kept_gpus=kept,
-        payment_fraction=pay.fraction if pay else None, leftover_gpus=leftover, reason=reason, outcome=outcome,
+        payment_fraction=pay.fraction if pay else None, leftover_gpus=total - kept - by_reservation, outcome=outcome,
         ranked=len(rs.agents), kept_by=kept_by, reservation=rs.reservations.get(aid),
     )  # fmt: skip

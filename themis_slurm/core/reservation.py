@@ -35,17 +35,11 @@ def reserve_for_wide_gang(rs: RoundState) -> None:
         rs.agents[ag.app_id] = rebuilt
         rs.bidders = [rebuilt if b.app_id == ag.app_id else b for b in rs.bidders]
         rs.reservations[ag.app_id] = ReservationNote(job.id, len(target), 0, 0.0, True)
-        rs.reservation_notes[ag.app_id] = f"job {job.id} started on its reservation ({len(target)} GPUs)"
         return
     held = frozenset(g for g in target if g in rs.pool)
     rs.pool.take(held)
     rs.reserved = held
     rs.reservations[ag.app_id] = ReservationNote(job.id, len(target), len(held), start_by - now, False)
-    rs.reservation_notes[ag.app_id] = (
-        f"{len(held)} of {len(target)} GPU(s) reserved for job {job.id}, complete in {start_by - now:.0f} s"
-        if held else
-        f"job {job.id} starts on {len(target)} GPU(s) whose leases end in {start_by - now:.0f} s (none held idle meanwhile)"
-    )  # fmt: skip
 
 
 def _pick_gang(

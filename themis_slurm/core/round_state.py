@@ -50,7 +50,6 @@ class RoundState:
     # reservation phase (optional)
     reserved: frozenset[int] = frozenset()                               # held idle for a wide gang
     reservations: dict[str, ReservationNote] = field(default_factory=dict)
-    reservation_notes: dict[str, str] = field(default_factory=dict)      # legacy prose (AppRecord.reason)
     # winner determination
     solver: str = ""
     x_star: Allocation | None = None
@@ -66,10 +65,7 @@ class RoundState:
     @classmethod
     def start(cls, state: ClusterState, cfg: ArbiterConfig) -> RoundState:
         """Checks the input (no GPU claimed twice, job ids unique) and sets the round's constants."""
-        jobs = {j.id: j for a in state.apps for j in a.jobs}
-        if len(jobs) != sum(len(a.jobs) for a in state.apps):
-            raise ValueError("job ids must be unique across apps")
-        check_state(state, jobs)
+        jobs = check_state(state)
         topo = state.topology
         return cls(state=state, cfg=cfg, jobs=jobs,
                    model=FairnessModel(topo, state.cluster_gpus or topo.size, cfg.idle_throughput),

@@ -6,7 +6,6 @@ read it; only the arbiter turns it into a Themis Decision.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from themis_slurm.core.topology import Topology
@@ -31,11 +30,15 @@ class ClusterState:
     unavailable: frozenset[int] = frozenset()
 
 
-def check_state(state: ClusterState, jobs: Mapping[str, Job]) -> None:
-    """Raise ValueError when a GPU is claimed twice (free, unavailable, leased) or lies outside the topology.
+def check_state(state: ClusterState) -> dict[str, Job]:
+    """Every app's jobs by id, after checking the state is consistent; ValueError naming the fault when not.
 
-    `jobs` maps job id -> Job for every app's jobs; a lease of an unknown job is an error too.
+    Job ids are unique across apps; no GPU is claimed twice (free, unavailable, leased) or lies outside the
+    topology; every lease is of a known job. The arbiter and the baselines call this first.
     """
+    jobs = {j.id: j for a in state.apps for j in a.jobs}
+    if len(jobs) != sum(len(a.jobs) for a in state.apps):
+        raise ValueError("job ids must be unique across apps")
     seen: dict[int, str] = {}
     n = state.topology.size
     for g in state.free:
@@ -53,3 +56,4 @@ def check_state(state: ClusterState, jobs: Mapping[str, Job]) -> None:
             if g in seen:
                 raise ValueError(f"GPU {g} is both {seen[g]} and leased to job {lease.job_id}")
             seen[g] = f"leased to job {lease.job_id}"
+    return jobs

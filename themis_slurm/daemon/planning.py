@@ -245,8 +245,8 @@ def instead_of_migrations(decision: Decision, rows: Mapping[str, JobRow]) -> dic
             row = rows.get(y)
             if (y not in out and home == g.gpus and row is not None and row.intent == "running"
                     and row.app_key == g.app_id and row.gpus == len(g.gpus)):
-                renewal = Renewal(job_id=y, app_id=g.app_id, gpus=g.gpus, lease_expiry=g.lease_expiry, reason="",
-                                  cause=RenewalCause.IN_PLACE)  # reason: the core's prose, unused outside it
+                renewal = Renewal(job_id=y, app_id=g.app_id, gpus=g.gpus, lease_expiry=g.lease_expiry,
+                                  cause=RenewalCause.IN_PLACE)
                 out[y] = InPlace(renewal, g.job_id)
                 break
     return out

@@ -28,7 +28,15 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from themis_slurm.core.decision import AppRecord, Decision, Grant, Preemption, Renewal
+from themis_slurm.core.decision import (
+    AppRecord,
+    Decision,
+    Grant,
+    Preemption,
+    PreemptionCause,
+    Renewal,
+    RenewalCause,
+)
 from themis_slurm.core.fairness import FairnessModel, job_throughput
 from themis_slurm.core.placement import Pool, get_profile
 from themis_slurm.core.state import ClusterState, check_state
@@ -71,7 +79,7 @@ class BaselineScratchpad:
     preempted, and why.
 
     Mutable on purpose and private to one call (like the arbiter's Pool). Building one checks the state
-    (job ids unique, then :func:`~themis_slurm.core.state.check_state`: no GPU claimed twice, no lease of
+    (:func:`~themis_slurm.core.state.check_state`: job ids unique, no GPU claimed twice, no lease of
     an unknown job); ValueError otherwise.
     """
 
@@ -94,10 +102,7 @@ class BaselineScratchpad:
         s = self.state
         self.topo, self.now = s.topology, s.now
         self.apps = {a.id: a for a in s.apps}
-        self.jobs = {j.id: j for a in s.apps for j in a.jobs}
-        if len(self.jobs) != sum(len(a.jobs) for a in s.apps):
-            raise ValueError("job ids must be unique across apps")
-        check_state(s, self.jobs)
+        self.jobs = check_state(s)
         self.running = {lease.job_id: lease for lease in s.leases}
         self._kept = dict(self.running)
         self.pool = Pool(self.topo, s.free)
@@ -260,17 +265,20 @@ class BaselineScratchpad:
                         self.jobs[jid].app_id,
                         lease.gpus,
                         self.renew[jid],
-                        f"{self.policy}: keeps its GPUs",
+                        RenewalCause.POLICY,
+                        note=f"{self.policy}: keeps its GPUs",
                     )
                 )
             elif lease.expiry <= now:
                 renewals.append(
                     Renewal(
-                        jid, self.jobs[jid].app_id, lease.gpus, renew_expiry, f"{self.policy}: keeps its GPUs"
+                        jid, self.jobs[jid].app_id, lease.gpus, renew_expiry, RenewalCause.POLICY,
+                        note=f"{self.policy}: keeps its GPUs",
                     )
                 )
         preemptions = tuple(
-            Preemption(jid, self.jobs[jid].app_id, self.running[jid].gpus, f"{self.policy}: {why}")
+            Preemption(jid, self.jobs[jid].app_id, self.running[jid].gpus, PreemptionCause.POLICY,
+                       note=f"{self.policy}: {why}")
             for jid, why in self.preempted.items()
         )
         model = FairnessModel(topo, self.state.cluster_gpus or topo.size)
@@ -316,7 +324,7 @@ class BaselineScratchpad:
                 won_gpus=n_gpus,
                 kept_gpus=n_gpus,
                 leftover_gpus=0,
-                reason="; ".join(parts),
+                note="; ".join(parts),
             )
         return Decision(
             now=now,

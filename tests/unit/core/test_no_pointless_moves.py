@@ -11,8 +11,10 @@ import random
 
 import pytest
 
+from themis_slurm import reasons
 from themis_slurm.core.agent import Gang
 from themis_slurm.core.arbiter import ArbiterConfig, run_round
+from themis_slurm.core.decision import AppRecord, Preemption, Renewal
 from themis_slurm.core.keep_in_place import no_pointless_moves as _no_pointless_moves
 from themis_slurm.core.placement import get_profile, throughput
 from themis_slurm.core.state import ClusterState
@@ -21,6 +23,17 @@ from themis_slurm.core.workload import App, Job, Lease
 
 from .instances import random_state
 from .test_arbiter import check_invariants
+
+
+def said(x: object) -> str:
+    """The sentence the edges (daemon log, `themis explain`) make from a record's typed fields."""
+    if isinstance(x, AppRecord):
+        return reasons.app_record(x, 0.8)
+    if isinstance(x, Renewal):
+        return reasons.renewal(x)
+    assert isinstance(x, Preemption)
+    return reasons.preemption_cause(x.cause)
+
 
 NODE1, NODE2 = frozenset(range(4)), frozenset(range(4, 8))
 
@@ -71,7 +84,7 @@ def test_move_that_gives_a_wide_gang_one_rack_still_happens(solver: str, f: floa
     grants = {gr.job_id: gr for gr in d.grants}
     assert grants["g1"].gpus == frozenset(range(8)) and grants["g1"].level == "rack"
     assert grants["a1"].gpus == frozenset(range(8, 12)) and grants["a1"].migrated
-    assert [(p.job_id, p.reason) for p in d.preemptions] == [("a1", "lease expired; moved to other GPUs")]
+    assert [(p.job_id, said(p)) for p in d.preemptions] == [("a1", "lease expired; moved to other GPUs")]
 
 
 @pytest.mark.parametrize("solver", ["exact", "fast"])

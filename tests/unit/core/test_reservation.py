@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import pytest
 
+from themis_slurm import reasons
 from themis_slurm.core.arbiter import ArbiterConfig, bidders_offered, run_round
-from themis_slurm.core.decision import Decision
+from themis_slurm.core.decision import AppRecord, Decision, Preemption, Renewal
 from themis_slurm.core.fairness import FairnessModel
 from themis_slurm.core.placement import Pool
 from themis_slurm.core.state import ClusterState
@@ -27,6 +28,17 @@ from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import App, Job, Lease
 
 from .test_arbiter import check_invariants
+
+
+def said(x: object) -> str:
+    """The sentence the edges (daemon log, `themis explain`) make from a record's typed fields."""
+    if isinstance(x, AppRecord):
+        return reasons.app_record(x, 0.8)
+    if isinstance(x, Renewal):
+        return reasons.renewal(x)
+    assert isinstance(x, Preemption)
+    return reasons.preemption_cause(x.cause)
+
 
 TOPO = Topology.uniform(1, 2, 4)
 NODE1, NODE2 = frozenset(range(4)), frozenset(range(4, 8))
@@ -102,8 +114,8 @@ def test_reservation_holds_the_free_gpus_of_the_soonest_placement(
     assert d.idle_gpus == frozenset()
     w = d.apps["W"]
     assert w.rank == 1 and w.bid
-    assert "2 of 4 GPU(s) reserved for job w1" in w.reason and "complete in 200 s" in w.reason
-    assert "reserv" not in d.apps["O"].reason
+    assert "2 of 4 GPU(s) reserved for job w1" in said(w) and "complete in 200 s" in said(w)
+    assert "reserv" not in said(d.apps["O"])
     assert w.rho_after == pytest.approx(w.rho_before)  # it got nothing yet
 
 
@@ -117,7 +129,7 @@ def test_reservation_stays_on_the_node_with_most_gpus_free_now(solver: str) -> N
     d = _run(_state({0, 1}, leases), solver)
     assert d.reserved_gpus == frozenset({0, 1})
     assert _grants(d) == []
-    assert "2 of 4 GPU(s) reserved for job w1, complete in 400 s" in d.apps["W"].reason
+    assert "2 of 4 GPU(s) reserved for job w1, complete in 400 s" in said(d.apps["W"])
 
 
 @pytest.mark.parametrize("solver", SOLVERS)
@@ -127,7 +139,7 @@ def test_reservation_on_leased_gpus_only_holds_nothing(solver: str) -> None:
     leases = {0: 400.0, 1: 400.0, 2: 100.0, 3: 400.0, 4: 300.0, 5: 300.0, 6: 300.0, 7: 300.0}
     d = _run(_state(set(), leases), solver)
     assert d.reserved_gpus == frozenset()
-    assert "job w1 starts on 4 GPU(s) whose leases end in 300 s (none held idle meanwhile)" in d.apps["W"].reason
+    assert "job w1 starts on 4 GPU(s) whose leases end in 300 s (none held idle meanwhile)" in said(d.apps["W"])
 
 
 def test_reservations_are_off_by_default() -> None:
@@ -154,7 +166,7 @@ def test_reservation_starts_the_gang_when_it_fits_now(solver: str, f: float, o_s
     (wg,) = [g for g in d.grants if g.job_id == "w1"]
     assert wg.nodes == {"node1": 4} and wg.level == "island" and wg.lease_expiry == NOW + LEASE
     w = d.apps["W"]
-    assert "job w1 started on its reservation (4 GPUs)" in w.reason
+    assert "job w1 started on its reservation (4 GPUs)" in said(w)
     assert w.leftover_gpus == 0 and w.kept_gpus == 0  # reservation GPUs are neither auction nor leftover
     # rho at 4 GPUs: (10000 + max(40000 / 4, path 10000)) / 15000
     assert w.rho_after == pytest.approx(20000 / 15000)
@@ -190,10 +202,10 @@ def test_no_reservation_before_the_gang_has_waited_a_lease(
     assert d.apps["W"].rho_before == pytest.approx(500000 / (NOW - waited + 10000))
     if reserved:
         assert d.reserved_gpus == {0, 1} and not d.grants
-        assert "reserved for job w1" in d.apps["W"].reason
+        assert "reserved for job w1" in said(d.apps["W"])
     else:
         assert d.reserved_gpus == frozenset()
-        assert "reserv" not in d.apps["W"].reason
+        assert "reserv" not in said(d.apps["W"])
         assert sorted(g.job_id for g in d.grants) == ["o1", "o2"]
         assert set().union(*(g.gpus for g in d.grants)) == {0, 1} and d.idle_gpus == frozenset()
 
@@ -204,7 +216,7 @@ def test_no_reservation_for_an_elastic_job(solver: str) -> None:
     """An elastic 4-GPU job can start on fewer GPUs: no reservation; GPUs 0, 1 are handed out (to W's elastic
     job or to O's 1-GPU jobs, as the auction and its hidden payments go), none held or idle."""
     d = _run(_state({0, 1}, BUSY, (_wide(elastic=True),)), solver)
-    assert d.reserved_gpus == frozenset() and "reserv" not in d.apps["W"].reason
+    assert d.reserved_gpus == frozenset() and "reserv" not in said(d.apps["W"])
     assert set().union(*(g.gpus for g in d.grants)) == {0, 1} and d.idle_gpus == frozenset()
 
 
@@ -214,7 +226,7 @@ def test_no_reservation_for_a_gang_larger_than_the_cluster(solver: str) -> None:
     take GPUs 0, 1. (W stays the worst: T_id = max(40000 / (8/3), 40000 / 12) = 15000, rho 33.33.)"""
     d = _run(_state({0, 1}, BUSY, (_wide(gpus=12),)), solver)
     assert d.apps["W"].rank == 1
-    assert d.reserved_gpus == frozenset() and "reserv" not in d.apps["W"].reason
+    assert d.reserved_gpus == frozenset() and "reserv" not in said(d.apps["W"])
     assert sorted(g.job_id for g in d.grants) == ["o1", "o2"]
 
 
@@ -223,7 +235,7 @@ def test_no_reservation_when_only_non_preemptible_leases_block_the_gang(solver: 
     """Same leases as BUSY but none preemptible: they never count as becoming free, so the gang never fits
     (2 GPUs at most) and GPUs 0, 1 go to O."""
     d = _run(_state({0, 1}, BUSY, pinned=frozenset(BUSY)), solver)
-    assert d.reserved_gpus == frozenset() and "reserv" not in d.apps["W"].reason
+    assert d.reserved_gpus == frozenset() and "reserv" not in said(d.apps["W"])
     assert sorted(g.job_id for g in d.grants) == ["o1", "o2"]
 
 
@@ -237,7 +249,7 @@ def test_no_reservation_for_a_lease_holder_renewing(solver: str) -> None:
     state = ClusterState(TOPO, NOW, NODE1, (Lease("w1", NODE2, NOW - LEASE, NOW),), state.apps)
     d = _run(state, solver)
     assert d.apps["W"].rank == 1 and d.apps["W"].rho_before == pytest.approx(50000 / 0.1 / 15000)
-    assert d.reserved_gpus == frozenset() and "reserv" not in d.apps["W"].reason
+    assert d.reserved_gpus == frozenset() and "reserv" not in said(d.apps["W"])
     assert [(r.job_id, r.gpus) for r in d.renewals] == [("w1", NODE2)] and not d.preemptions
     assert all(g.app_id == "O" and g.gpus <= NODE1 for g in d.grants)
 
@@ -252,7 +264,7 @@ def test_no_reservation_for_a_one_gpu_job(solver: str) -> None:
     assert d.apps["W"].rank == 1 and d.apps["W"].rho_before == pytest.approx(35.0)
     assert d.reserved_gpus == frozenset()
     assert all(g.source != "reservation" for g in d.grants) and len(d.grants) == 2
-    assert all("reserv" not in r.reason for r in d.apps.values())
+    assert all("reserv" not in said(r) for r in d.apps.values())
 
 
 # ------------------------------------------------------------------------------- 5. expiring leases count now
@@ -281,7 +293,7 @@ def test_non_preemptible_expiring_holder_is_never_counted(solver: str) -> None:
     d = _run(state, solver)
     assert sorted(r.job_id for r in d.renewals) == ["h2", "h3"] and not d.preemptions
     assert d.reserved_gpus == frozenset()
-    assert "leases end in 500 s" in d.apps["W"].reason
+    assert "leases end in 500 s" in said(d.apps["W"])
     assert sorted(g.job_id for g in d.grants) == ["o1", "o2"]
     assert set().union(*(g.gpus for g in d.grants)) == {0, 1}
 
@@ -301,7 +313,7 @@ def test_only_the_worst_eligible_bidder_gets_the_reservation(solver: str) -> Non
     d = _run(state, solver)
     assert (d.apps["W"].rank, d.apps["V"].rank, d.apps["O"].rank) == (1, 2, 3)
     assert d.apps["V"].rho_before == pytest.approx(32.0)
-    with_res = [aid for aid, r in d.apps.items() if "reserv" in r.reason]
+    with_res = [aid for aid, r in d.apps.items() if "reserv" in said(r)]
     assert with_res == ["W"] and d.apps["W"].rank == 1
     assert d.reserved_gpus == {0, 1} and not d.grants
 
@@ -313,8 +325,8 @@ def test_reservation_goes_to_the_next_bidder_when_the_worst_has_no_eligible_gang
     state = _state({0, 1}, BUSY, (_wide(elastic=True),), extra=_second_wide_app())
     d = _run(state, solver)
     assert d.apps["W"].rank == 1 and d.apps["V"].rank == 2
-    assert "2 of 4 GPU(s) reserved for job v1, complete in 200 s" in d.apps["V"].reason
-    assert "reserv" not in d.apps["W"].reason
+    assert "2 of 4 GPU(s) reserved for job v1, complete in 200 s" in said(d.apps["V"])
+    assert "reserv" not in said(d.apps["W"])
     assert d.reserved_gpus == {0, 1} and not d.grants
 
 
@@ -326,7 +338,7 @@ def test_only_bidders_get_a_reservation(solver: str) -> None:
     d = _run(state, solver, f=0.8)
     assert d.apps["W"].bid and not d.apps["V"].bid
     assert d.reserved_gpus == frozenset()
-    assert all("reserv" not in r.reason for r in d.apps.values())
+    assert all("reserv" not in said(r) for r in d.apps.values())
     assert [(g.job_id, sorted(g.gpus)) for g in d.grants] == [("w1", [0, 1])]
 
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import pytest
 
+from themis_slurm import reasons
 from themis_slurm.core.agent import Agent
 from themis_slurm.core.arbiter import ArbiterConfig, bidders_offered, run_round
 from themis_slurm.core.auction import greedy_fill, payment_draw
+from themis_slurm.core.decision import AppRecord, Preemption, Renewal
 from themis_slurm.core.fairness import FairnessModel
 from themis_slurm.core.payments import MIN_CUT
 from themis_slurm.core.placement import Pool
@@ -21,6 +23,17 @@ from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import App, Job, Lease
 
 from .test_arbiter import check_invariants
+
+
+def said(x: object) -> str:
+    """The sentence the edges (daemon log, `themis explain`) make from a record's typed fields."""
+    if isinstance(x, AppRecord):
+        return reasons.app_record(x, 0.8)
+    if isinstance(x, Renewal):
+        return reasons.renewal(x)
+    assert isinstance(x, Preemption)
+    return reasons.preemption_cause(x.cause)
+
 
 ONE_NODE = Topology.uniform(1, 1, 4)  # 4 GPUs on one node
 
@@ -62,7 +75,7 @@ def test_running_lease_counts_in_rho_and_holder_does_not_rank() -> None:
     d = run_round(state)
     check_invariants(state, d)
     assert d.apps["B"].rho_before == pytest.approx(0.875)
-    assert d.apps["B"].rank is None and d.apps["B"].reason == "nothing waiting"
+    assert d.apps["B"].rank is None and said(d.apps["B"]) == "nothing waiting"
     assert d.apps["A"].rank == 1 and d.empty
 
 
@@ -99,7 +112,7 @@ def test_without_restart_cost_the_worse_waiter_wins_and_the_holder_is_preempted(
     assert [(g.job_id, sorted(g.gpus), g.source, g.lease_expiry) for g in d.grants] == [
         ("a1", [0, 1, 2, 3], "auction", 1600.0)
     ]
-    assert [(p.job_id, p.reason) for p in d.preemptions] == [("b1", "lease expired and lost the auction")]
+    assert [(p.job_id, said(p)) for p in d.preemptions] == [("b1", "lease expired and lost the auction")]
     assert not d.renewals
     assert d.apps["A"].rank == 1 and d.apps["B"].rank == 2
     assert d.apps["A"].rho_after == pytest.approx(0.55)
@@ -155,7 +168,7 @@ def test_bidder_stops_keeping_gpus_at_the_worst_rho_outside_the_auction(solver: 
     assert rx.rho_before == pytest.approx(298800 / 0.1 / 10800)
     assert ry.rho_before == pytest.approx(26.0 + 2 / 3) and rz.rho_before == pytest.approx(26.0 + 2 / 3)
     assert rx.won_gpus == 8 and rx.kept_gpus == 2 and rx.leftover_gpus == 4
-    assert "kept 2" in rx.reason and "worst outside the auction" in rx.reason
+    assert "kept 2" in said(rx) and "worst outside the auction" in said(rx)
     assert rx.rho_after == pytest.approx((270000 + 4800) / 10800)
     per_app = {aid: sorted(g.source for g in d.grants if g.app_id == aid) for aid in ("X", "Y", "Z")}
     assert per_app == {"X": ["auction"] * 2 + ["leftover"] * 4, "Y": ["leftover"], "Z": ["leftover"]}
@@ -246,8 +259,8 @@ def test_withheld_renewal_is_paid_in_lease_time_not_preempted() -> None:
     assert (ren.job_id, sorted(ren.gpus)) == ("h1", [0, 1])
     assert ren.lease_expiry == pytest.approx(state.now + max(0.5, MIN_CUT) * 600.0)
     assert ren.lease_expiry == pytest.approx(2100.0)
-    assert "hidden payment" in ren.reason and "300 s" in ren.reason
-    assert d.apps["H"].kept_gpus == 2 and "after hidden payment c=0.500" in d.apps["H"].reason
+    assert "hidden payment" in said(ren) and "300 s" in said(ren)
+    assert d.apps["H"].kept_gpus == 2 and "after hidden payment c=0.500" in said(d.apps["H"])
     assert [(g.job_id, sorted(g.gpus), g.lease_expiry) for g in d.grants] == [("w1", [2, 3], 2400.0)]
 
 
@@ -257,7 +270,7 @@ def test_kept_renewal_gets_the_full_lease() -> None:
     seed = _seed_where(state.now, "H", withheld=False, c=0.5)
     d = run_round(state, ArbiterConfig(solver="exact", fairness_knob=0.0, seed=seed, lease_s=600.0))
     check_invariants(state, d)
-    assert [(r.job_id, r.lease_expiry, r.reason) for r in d.renewals] == [
+    assert [(r.job_id, r.lease_expiry, said(r)) for r in d.renewals] == [
         ("h1", 2400.0, "won its GPUs back in the auction")
     ]
     assert not d.preemptions
@@ -285,9 +298,9 @@ def test_tiny_payment_cuts_the_lease_to_min_cut() -> None:
     (ren,) = d.renewals
     assert ren.job_id == "h1" and ren.lease_expiry == pytest.approx(now + MIN_CUT * 600.0)
     assert ren.lease_expiry == pytest.approx(630.0)
-    assert "lease cut to 30 s: hidden payment" in ren.reason
+    assert "lease cut to 30 s: hidden payment" in said(ren)
     assert not d.preemptions and not d.grants
-    assert d.apps["W"].reason == "bid (rank 2) but won nothing"
+    assert said(d.apps["W"]) == "bid (rank 2) but won nothing"
 
 
 # ------------------------------------------------------------------------------------------- 7. LPT order

@@ -16,8 +16,8 @@ def test_a_moved_holder_landing_on_a_lost_holders_gpus_renews_that_holder() -> N
     x_home, y_home = frozenset({0, 1}), frozenset({2, 3})
     d = Decision(now=10.0,
                  grants=(Grant("1", "alice/a", y_home, {"n1": 2}, "node", 610.0, "auction", migrated=True),),
-                 preemptions=(Preemption("1", "alice/a", x_home, reason="", cause=PreemptionCause.MOVED),
-                              Preemption("2", "alice/a", y_home, reason="", cause=PreemptionCause.LOST)))
+                 preemptions=(Preemption("1", "alice/a", x_home, cause=PreemptionCause.MOVED),
+                              Preemption("2", "alice/a", y_home, cause=PreemptionCause.LOST)))
     rows = {"1": _row("1"), "2": _row("2")}
     got = instead_of_migrations(d, rows)
     assert set(got) == {"2"}

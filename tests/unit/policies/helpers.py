@@ -10,6 +10,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
+from themis_slurm import reasons
 from themis_slurm.core.decision import Decision
 from themis_slurm.core.fairness import job_throughput
 from themis_slurm.core.state import ClusterState
@@ -50,7 +51,7 @@ def ctx(s: ClusterState) -> PolicyContext:
 def check(s: ClusterState, d: Decision) -> None:
     """The invariants every policy must keep: the simulator's decision validator (sim/validate.py), plus
     what the simulator does not need but `explain` and the daemon do (nodes and migrations spelled out, an
-    AppRecord with a reason for every app)."""
+    AppRecord that explains itself for every app)."""
     name = d.solver or "policy"
     try:
         check_decision_for_state(name, d, s)
@@ -63,7 +64,8 @@ def check(s: ClusterState, d: Decision) -> None:
             assert g.job_id in pre and g.migrated, f"grant to running job {g.job_id}"
         assert dict(g.nodes) == s.topology.nodes_of(g.gpus)
     assert set(d.apps) == {a.id for a in s.apps}, "every app needs an AppRecord"
-    assert all(rec.reason for rec in d.apps.values())
+    # a baseline explains each app in a note; Themis's records are typed and worded at the edges
+    assert all(rec.note or reasons.app_record(rec) for rec in d.apps.values())
 
 
 def step(s: ClusterState, d: Decision, dt: float) -> ClusterState:

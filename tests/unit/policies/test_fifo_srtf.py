@@ -27,7 +27,7 @@ def test_fifo_head_of_line_blocks_without_backfill() -> None:
     d = FifoPolicy().schedule(ctx(s))
     check(s, d)
     assert not d.grants  # a0 needs 3, only 2 free; b0 would fit but must not jump the queue
-    assert "no backfill" in d.apps["b"].reason
+    assert "no backfill" in d.apps["b"].note
     assert not d.preemptions
 
 
@@ -50,7 +50,7 @@ def test_srtf_preempts_longest_running_for_a_shorter_job() -> None:
     d = SrtfPolicy().schedule(ctx(s))
     check(s, d)
     assert preempted(d) == {"r_long"} and granted(d) == {"new"}
-    assert "less remaining time" in d.apps["a"].reason
+    assert "less remaining time" in d.apps["a"].note
 
 
 def test_srtf_does_not_preempt_shorter_or_unpreemptible_jobs() -> None:

@@ -25,7 +25,7 @@ def test_jobs_rotate_across_quanta() -> None:
         s = step(s, d, wake - s.now)
         held.append(running_jobs(s))
     assert held == [{"j0", "j1"}, {"j2", "j3"}, {"j0", "j1"}, {"j2", "j3"}]
-    assert "time-sliced" in d.apps["a"].reason or "quantum" in d.apps["a"].reason
+    assert "time-sliced" in d.apps["a"].note or "quantum" in d.apps["a"].note
 
 
 def test_no_slicing_when_everything_fits() -> None:

@@ -34,7 +34,7 @@ def test_equal_gpus_per_app_when_all_want_more() -> None:
     check(s, d)
     held = _held(s, d)
     assert sum(held.values()) == 8 and max(held.values()) - min(held.values()) <= 1
-    assert "fair share 2.7" in d.apps["a"].reason
+    assert "fair share 2.7" in d.apps["a"].note
 
 
 def test_work_conserving_beyond_share() -> None:

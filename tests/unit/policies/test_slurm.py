@@ -22,9 +22,9 @@ def test_backfill_starts_short_job_but_not_one_that_delays_the_reservation() -> 
     d = SlurmPolicy().schedule(ctx(s))
     check(s, d)
     assert granted(d) == {"short"} and not d.preemptions
-    assert "reserved 4 GPU(s) at t=1000" in d.apps["a"].reason
-    assert "would delay the reservation" in d.apps["c"].reason
-    assert "ends before the reservation" in d.apps["b"].reason
+    assert "reserved 4 GPU(s) at t=1000" in d.apps["a"].note
+    assert "would delay the reservation" in d.apps["c"].note
+    assert "ends before the reservation" in d.apps["b"].note
 
 
 def test_backfill_may_use_gpus_outside_the_reservation() -> None:
@@ -40,7 +40,7 @@ def test_backfill_may_use_gpus_outside_the_reservation() -> None:
     check(s, d)
     assert granted(d) == {"long"}
     assert dict(d.grants[0].nodes) == {"node2": 2}
-    assert "avoids the reserved GPUs" in d.apps["c"].reason
+    assert "avoids the reserved GPUs" in d.apps["c"].note
 
 
 def test_no_backfill_option_is_strict() -> None:

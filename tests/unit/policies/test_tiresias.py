@@ -22,7 +22,7 @@ def test_new_short_job_preempts_long_running_one() -> None:
     d = TiresiasPolicy().schedule(ctx(s))
     check(s, d)
     assert preempted(d) == {"long"} and granted(d) == {"new"}
-    assert "lower queue" in d.apps["a"].reason
+    assert "lower queue" in d.apps["a"].note
 
 
 def test_no_preemption_within_a_queue() -> None:
@@ -48,7 +48,7 @@ def test_starved_job_is_promoted_and_runs() -> None:
     d = p.schedule(ctx(s))
     check(s, d)
     assert preempted(d) == {"r"} and granted(d) == {"b0"}
-    assert "promoted" in d.apps["b"].reason
+    assert "promoted" in d.apps["b"].note
 
 
 def test_demotion_wakeup_then_preemption() -> None:

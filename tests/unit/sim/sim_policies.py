@@ -61,7 +61,7 @@ class PreemptAll(FifoFirstFit):
         expired = [lease for lease in st.leases if lease.expiry <= st.now]
         free = set(st.free).union(*(lease.gpus for lease in expired)) if expired else set(st.free)
         gone = {lease.job_id for lease in expired}
-        pre = tuple(Preemption(lease.job_id, _app(st, lease.job_id), lease.gpus, "rr") for lease in expired)
+        pre = tuple(Preemption(lease.job_id, _app(st, lease.job_id), lease.gpus, note="rr") for lease in expired)
         pool = Pool(st.topology, free)
         running = {lease.job_id for lease in st.leases} - gone
         # the preempted go to the back of the line
