@@ -15,8 +15,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from themis_slurm.core.fairness import FairnessModel, shared_finish
-from themis_slurm.core.placement import Pool, get_profile, throughput
+from themis_slurm.core.fairness import FairnessModel
+from themis_slurm.core.placement import Pool, Profile, get_profile, throughput
 from themis_slurm.core.topology import Level
 from themis_slurm.core.workload import App, Job
 
@@ -79,30 +79,41 @@ class Agent:
         self.model = model
         self.now = now
         self.base = base_throughput
-        self.homes = dict(homes or {})
+        self.homes = home = dict(homes or {})
         # renewals first (keep running in place), then the longest remaining job first (LPT: the app's
         # finish time is its last job's, so the critical path starts first), then by submit time
         self.jobs: tuple[Job, ...] = tuple(
-            sorted(jobs, key=lambda j: (j.id not in self.homes, -j.remaining / j.gpus, j.submit, j.id))
+            sorted(jobs, key=lambda j: (j.id not in home, -j.remaining / j.gpus, j.submit, j.id))
         )
         groups: dict[tuple, list[Job]] = {}
+        profiles: dict[str, Profile] = {}
+        #: jobs placed by the pool's plain best fit (no shape, not elastic, no home): job id -> factors
+        self._plain: dict[str, tuple[float, float, float, float]] = {}
         for j in self.jobs:
-            groups.setdefault(self.kind(j), []).append(j)
+            profiles[j.id] = profile = get_profile(j.profile)
+            if j.id in home:
+                groups.setdefault(("home", j.id), []).append(j)  # self.kind(j)
+                continue
+            groups.setdefault(j.kind, []).append(j)
+            if j.nodes is None and not j.elastic:
+                self._plain[j.id] = profile.factors
         #: the jobs grouped by kind, kinds in bidding order: interchangeable jobs are placed once
         self.kinds: tuple[tuple[Job, ...], ...] = tuple(tuple(g) for g in groups.values())
-        self._profiles = {j.id: get_profile(j.profile) for j in self.jobs}
-        self._tid = model.t_id(app)
+        self._profiles = profiles
+        self._tid, self._remaining, self._path = model.facts(app)
         self._elapsed = max(0.0, now - app.arrival)
-        self._remaining = app.remaining_work
-        self._path = app.remaining_path
+        self._idle = model.idle_throughput
         self.rho_base = self.rho_of(0.0)
 
     def rho_of(self, extra_throughput: float) -> float:
-        """rho if the app ran at base + extra throughput from now on."""
-        if self._tid <= 0:
+        """rho if the app ran at base + extra throughput from now on (:func:`shared_finish` / T_id)."""
+        tid = self._tid
+        if tid <= 0:
             return 1.0
         x = self.base + extra_throughput
-        return shared_finish(self._elapsed, self._remaining, x, self.model.idle_throughput, self._path) / self._tid
+        if x >= self._idle:  # shared_finish, inlined: this is the auction's innermost call
+            return (self._elapsed + max(self._remaining / x, self._path)) / tid
+        return (self._elapsed + max(self._remaining, self._path)) / self._idle / tid
 
     def gain_of(self, extra_throughput: float) -> float:
         return math.log(self.rho_base) - math.log(self.rho_of(extra_throughput))
@@ -110,8 +121,8 @@ class Agent:
     def place(self, job: Job, pool: Pool, within: Iterable[str] | None = None) -> Gang | None:
         """The best gang for `job` in `pool` (not taken), or None when it does not fit."""
         profile = self._profiles.get(job.id) or get_profile(job.profile)
-        home = self.homes.get(job.id)
-        if home is not None and all(g in pool for g in home):
+        home = self.homes.get(job.id) if self.homes else None
+        if home is not None and pool.has(home):
             level = pool.topo.level_of(home)
             return Gang(job.id, home, level, throughput(len(home), level, profile))
         within = list(within) if within is not None else None
@@ -119,7 +130,7 @@ class Agent:
         best: Gang | None = None
         if found is not None:
             gpus, level = found
-            best = Gang(job.id, gpus, level, throughput(len(gpus), level, profile) * self.start_keep)
+            best = Gang(job.id, gpus, level, len(gpus) * profile.factors[level] * self.start_keep)
         if job.elastic and (best is None or best.level > Level.NODE):
             # a smaller, tighter allocation may beat a wide one for a placement-sensitive job
             nodes = within if within is not None else pool.topo.nodes
@@ -153,6 +164,18 @@ class Agent:
                 lvl = pool.topo.level_of(one)
                 out.append(Gang(job.id, one, lvl, throughput(1, lvl, get_profile(job.profile)) * self.start_keep))
         return out
+
+    def offers(self, job: Job, pool: Pool, elastic_small: bool = True) -> list[tuple[frozenset[int], Level, float]]:
+        """:meth:`options` as (gpus, level, throughput) triples, what the greedy fill compares (it makes a
+        Gang only of the offer it hands out). Same numbers: a plain job's offer is the pool's best fit."""
+        factors = self._plain.get(job.id)
+        if factors is None:
+            return [(g.gpus, g.level, g.throughput) for g in self.options(job, pool, elastic_small)]
+        found = pool.best(job.gpus)
+        if found is None:
+            return []
+        gpus, level = found
+        return [(gpus, level, len(gpus) * factors[level] * self.start_keep)]
 
     def chain(self, pool: Pool, within: Iterable[str] | None = None) -> list[Bundle]:
         """Bundles of growing size: the gangs that fit, packed one after the other.

@@ -2,7 +2,7 @@
 
 Winner determination picks at most one bundle per app, no GPU twice, maximising the sum over bidders of
 log(rho_base / rho), i.e. the product of 1/rho (Nash social welfare; Themis NSDI 2020 section 4, after
-Cole, Gkatzelis and Goel's partial allocation mechanism). Two solvers share one interface:
+Cole, Gkatzelis and Goel's partial allocation mechanism). Two solvers, each with a ``solve(agents, pool)``:
 
 * :class:`ExactSolver` -- a MILP (scipy.optimize.milp, HiGHS) over every bidder's valuation table plus
   placement alternatives (packed within each rack, and each node on small clusters) and the fast solver's
@@ -17,8 +17,9 @@ Hidden payments: winner i keeps the fraction
 ``c_i = prod_{j!=i} v_j(x*) / prod_{j!=i} v_j(x*_{-i})`` (v = 1/rho) of its allocation, where x*_{-i} is
 the welfare-maximising allocation without i. The exact solver re-solves without i; the fast solver
 warm-starts from x* minus i and lets the others grab i's GPUs, which can only raise their welfare, so
-c_i stays in [0, 1] either way. Gangs are indivisible: a winner keeps whole gangs worth c_i of its win in
-expectation (:func:`keep_fraction`, a lottery on the last gang).
+c_i stays in [0, 1] either way (with ``bound``, the exact re-solve is skipped when no other bidder can
+do better than in x*: c_i = 1; off by default). Gangs are indivisible: a winner keeps whole gangs worth
+c_i of its win in expectation (:func:`keep_fraction`, a lottery on the last gang).
 """
 
 from __future__ import annotations
@@ -27,8 +28,7 @@ import hashlib
 import heapq
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
@@ -36,6 +36,7 @@ from scipy.sparse import csr_array
 
 from themis_slurm.core.agent import Agent, Bundle, Gang
 from themis_slurm.core.placement import Pool
+from themis_slurm.core.topology import Level
 from themis_slurm.core.workload import Job
 
 
@@ -46,28 +47,26 @@ class Allocation:
     bundles: Mapping[str, Bundle]
     objective: float  # sum of log-gains over winners
     solver: str
-    optimal: bool = False
 
     @property
     def gpus(self) -> frozenset[int]:
         return frozenset().union(*(b.gpus for b in self.bundles.values()))
 
 
-class Solver(Protocol):
-    """Winner determination: one bundle per app at most, GPUs disjoint, maximise the sum of log-gains."""
-
-    name: str
-
-    def solve(self, agents: Sequence[Agent], pool: Pool) -> Allocation: ...
-
-
 # ------------------------------------------------------------------------------------------- fast
-@dataclass
 class _State:
-    gangs: list[Gang] = field(default_factory=list)
-    x: float = 0.0
-    queues: list[list[Job]] = field(default_factory=list)  # per job kind, next job last
-    cache: dict[int, tuple[str, list[Gang]]] = field(default_factory=dict)  # kind -> (job id, options)
+    """One app's progress in a greedy fill."""
+
+    __slots__ = ("gangs", "x", "queues", "cache", "log_at", "log_now")
+
+    def __init__(self) -> None:
+        self.gangs: list[Gang] = []
+        self.x = 0.0
+        self.queues: list[list[Job]] = []  # per job kind, next job last
+        # per kind, None or [job, offers, their GPUs, x the priorities were computed at, priorities]
+        self.cache: list[list | None] = []
+        self.log_at: float | None = None  # x at which log_now = log(rho(x)) was computed
+        self.log_now = 0.0
 
 
 def greedy_fill(
@@ -91,74 +90,108 @@ def greedy_fill(
 
     Jobs of one kind (same shape and profile) are interchangeable, so each app keeps one queue per kind
     and only the head of each queue is placed; a kind that does not fit is dropped for the rest of the
-    fill (the pool only shrinks).
+    fill (the pool only shrinks). A kind's placement is reused while all its GPUs stay free, and its
+    priorities while the app's throughput is unchanged (both are pure functions of what they are keyed
+    on, so the fill decides exactly as if it recomputed them).
     """
     if by not in ("density", "gain", "rho"):
         raise ValueError(f"by must be density, gain or rho, got {by!r}")
     per_gpu = by == "density"
     worst_first = by == "rho"
-    order = {a.app_id: k for k, a in enumerate(agents)}
-    states: dict[str, _State] = {}
+    small = elastic_small and not worst_first
+    start = start or {}
+    states: list[_State] = []
     for a in agents:
         st = _State()
         used = set()
-        for g in (start or {}).get(a.app_id, ()):
+        for g in start.get(a.app_id, ()):
             st.gangs.append(g)
             st.x += g.throughput
             used.add(g.job_id)
         st.queues = [[j for j in reversed(group) if j.id not in used] for group in a.kinds]
-        states[a.app_id] = st
-    by_id = {a.app_id: a for a in agents}
-    heap: list[tuple[float, int, str, int, Gang]] = []
+        st.cache = [None] * len(st.queues)
+        states.append(st)
+    # heap entries: (-priority, app index, kind, offer); one per app at most, so (-priority, index) is unique
+    heap: list[tuple[float, int, int, tuple[frozenset[int], Level, float]]] = []
+    log = math.log
+    has = pool._free.issuperset  # Pool.has without its frame (the set is updated in place)
+    best_fit = pool.best
 
-    def push(aid: str) -> None:
+    def push(k: int) -> None:
         """Queue the app's best next gang among its job kinds that still fit."""
-        st, ag = states[aid], by_id[aid]
-        best: tuple[float, Gang, int] | None = None
-        log_now = math.log(ag.rho_of(st.x))
+        st, ag = states[k], agents[k]
+        plain = ag._plain
+        x = st.x
+        if st.log_at != x:
+            st.log_now, st.log_at = log(ag.rho_of(x)), x
+        log_now = st.log_now
+        best_p = 0.0
+        best_o = None
+        best_q = -1
+        cache = st.cache
         for qi, q in enumerate(st.queues):
             if not q:
                 continue
             job = q[-1]
-            hit = st.cache.get(qi)
-            if hit is not None and hit[0] == job.id and all(g in pool for o in hit[1] for g in o.gpus):
-                options = hit[1]  # still free, so still the tightest: the pool only shrank
-            else:
-                options = ag.options(job, pool, elastic_small and not worst_first)
-                st.cache[qi] = (job.id, options)
-            if not options:
-                q.clear()
-                continue
+            hit = cache[qi]
+            if hit is None or hit[0] is not job or not has(hit[2]):
+                factors = plain.get(job.id)
+                if factors is not None:  # Agent.offers of a plain job, inlined
+                    found = best_fit(job.gpus)
+                    if found is None:
+                        q.clear()
+                        continue
+                    gpus, level = found
+                    offers = [(gpus, level, len(gpus) * factors[level] * ag.start_keep)]
+                else:
+                    offers = ag.offers(job, pool, small)
+                    if not offers:
+                        q.clear()
+                        continue
+                    gpus = offers[0][0] if len(offers) == 1 else frozenset().union(*(o[0] for o in offers))
+                hit = cache[qi] = [job, offers, gpus, None, None]
             if worst_first:
                 # the app's rho now, discounted by the restart a gang away from its home costs
-                gang = options[0]
-                at_home = ag.homes.get(job.id) == gang.gpus
-                prio = log_now + (0.0 if at_home else math.log(ag.start_keep))
-                if best is None or prio > best[0] + 1e-12:
-                    best = (prio, gang, qi)
+                off = hit[3]
+                if off is None:
+                    off = hit[3] = 0.0 if ag.homes.get(job.id) == hit[1][0][0] else log(ag.start_keep)
+                prio = log_now + off
+                if best_o is None or prio > best_p + 1e-12:
+                    best_p, best_o, best_q = prio, hit[1][0], qi
                 continue
-            for gang in options:
-                gain = log_now - math.log(ag.rho_of(st.x + gang.throughput))
-                prio = gain / len(gang.gpus) if per_gpu else gain
-                if best is None or prio > best[0] + 1e-12:
-                    best = (prio, gang, qi)
-        if best is not None:
-            heapq.heappush(heap, (-best[0], order[aid], aid, best[2], best[1]))
+            offers = hit[1]
+            if hit[3] != x:
+                prios = []
+                for o in offers:
+                    gain = log_now - log(ag.rho_of(x + o[2]))
+                    prios.append(gain / len(o[0]) if per_gpu else gain)
+                hit[3], hit[4] = x, prios
+            prios = hit[4]
+            if len(prios) == 1:
+                prio = prios[0]
+                if best_o is None or prio > best_p + 1e-12:
+                    best_p, best_o, best_q = prio, offers[0], qi
+                continue
+            for o, prio in zip(offers, prios, strict=True):
+                if best_o is None or prio > best_p + 1e-12:
+                    best_p, best_o, best_q = prio, o, qi
+        if best_o is not None:
+            heapq.heappush(heap, (-best_p, k, best_q, best_o))
 
-    for a in agents:
-        push(a.app_id)
+    for k in range(len(agents)):
+        push(k)
     while heap:
-        _, _, aid, qi, gang = heapq.heappop(heap)
-        if not all(g in pool for g in gang.gpus):
-            push(aid)  # stale: someone took part of it; place this job again
+        _, k, qi, (gpus, level, thr) = heapq.heappop(heap)
+        if not has(gpus):
+            push(k)  # stale: someone took part of it; place this job again
             continue
-        pool.take(gang.gpus)
-        st = states[aid]
-        st.gangs.append(gang)
-        st.x += gang.throughput
-        st.queues[qi].pop()
-        push(aid)
-    return {aid: st.gangs for aid, st in states.items() if st.gangs}
+        pool.take_free(gpus)
+        st = states[k]
+        q = st.queues[qi]
+        st.gangs.append(Gang(q.pop().id, gpus, level, thr))
+        st.x += thr
+        push(k)
+    return {a.app_id: st.gangs for a, st in zip(agents, states, strict=True) if st.gangs}
 
 
 class FastSolver:
@@ -188,10 +221,10 @@ class FastSolver:
             return sum(by_id[aid].bundle(g).gain for aid, g in got.items())
 
         best = greedy_fill(agents, pool.copy())
-        best_v = value(best)
         if sum(len(a.jobs) for a in agents) > self.search_max_jobs:
             bundles = {aid: by_id[aid].bundle(gangs) for aid, gangs in best.items()}
             return Allocation(bundles, sum(b.gain for b in bundles.values()), self.name)
+        best_v = value(best)
         tries: list[tuple[str, Gang | None, bool]] = [("gain", None, True), ("density", None, False)]
         firsts: list[tuple[float, str, Gang]] = []
         for a in agents:
@@ -249,7 +282,7 @@ class ExactSolver:
     """MILP winner determination over explicit valuation tables (see module docstring).
 
     `node_alternatives` adds bundles packed within each single node (worth it on small clusters only);
-    `time_limit_s` bounds HiGHS (the answer is then the best found, flagged not optimal).
+    `time_limit_s` bounds HiGHS (the answer is then the best found so far).
     """
 
     name = "exact"
@@ -296,7 +329,7 @@ class ExactSolver:
         """Optimal choice among explicit bundles (optionally without one app's bundles)."""
         cands = [b for b in cands if b.app_id != exclude and b.gain > 0]
         if not cands:
-            return Allocation({}, 0.0, self.name, True)
+            return Allocation({}, 0.0, self.name)
         apps = sorted({b.app_id for b in cands})
         gpus = sorted(set().union(*(b.gpus for b in cands)))
         arow = {a: i for i, a in enumerate(apps)}
@@ -320,7 +353,7 @@ class ExactSolver:
             raise RuntimeError(f"exact winner determination failed: {res.message}")
         chosen = [cands[k] for k in np.flatnonzero(res.x > 0.5)]
         bundles = {b.app_id: b for b in chosen}
-        return Allocation(bundles, sum(b.gain for b in chosen), self.name, res.status == 0)
+        return Allocation(bundles, sum(b.gain for b in chosen), self.name)
 
 
 # ------------------------------------------------------------------------------------------- payments
@@ -376,28 +409,45 @@ def hidden_payments(
     exact: ExactSolver | None = None,
     candidates: Sequence[Bundle] | None = None,
     draws: Mapping[str, float] | None = None,
+    bound: bool = False,
 ) -> dict[str, Payment]:
     """c_i for every winner of `x_star` (computed on the round's `pool`, which is not changed).
 
     With `exact` and its `candidates`, x*_{-i} is the MILP optimum without i; otherwise it is the greedy
     warm start described in the module docstring. `draws` are the winners' lottery numbers for
     :func:`keep_fraction` (missing: 1, i.e. keep the prefix only).
+
+    `bound` (exact only; off by default, today's behaviour) skips the MILP without i when it cannot beat
+    x*: when no other bidder has a candidate worth more than what it holds in x*, x*_{-i} is x* without i
+    and c_i = 1. The same c_i in exact arithmetic; the re-solve could only differ by the float rounding
+    of an equal-valued sum (c_i = 1 - 1e-16 instead of 1).
     """
     out: dict[str, Payment] = {}
+    best_of: dict[str, float] = {}  # each app's most valuable candidate, for `bound`
+    if bound and exact is not None and candidates is not None:
+        for b in candidates:
+            if b.gain > best_of.get(b.app_id, 0.0):
+                best_of[b.app_id] = b.gain
     # Apps that got every job they bid for cannot gain from i's GPUs: skip the re-solve when none is left.
     def unmet(a: Agent) -> bool:
         held = {g.job_id for g in x_star.bundles[a.app_id].gangs} if a.app_id in x_star.bundles else set()
         return any(j.id not in held for j in a.jobs)
 
     others_need = {a.app_id for a in agents if unmet(a)}
-    after = pool.copy()
-    after.take(x_star.gpus)
+    after: Pool | None = None  # the pool once x* is taken: only when some re-solve needs it
     for aid, won in sorted(x_star.bundles.items()):
-        base = _others_gain(x_star.bundles, aid)
-        if exact is not None and candidates is not None:
+        held = x_star.bundles
+        if best_of and all(g <= (held[k].gain if k in held else 0.0) for k, g in best_of.items() if k != aid):
+            base = minus = 0.0  # no other bidder can do better than in x*: c_i = 1 without a re-solve
+        elif exact is not None and candidates is not None:
+            base = _others_gain(x_star.bundles, aid)
             x_minus = exact.solve_candidates(candidates, exclude=aid).bundles
             minus = _others_gain(x_minus, aid)
         elif others_need - {aid}:
+            base = _others_gain(x_star.bundles, aid)
+            if after is None:
+                after = pool.copy()
+                after.take(x_star.gpus)
             work = after.copy()
             work.give(won.gpus)
             others = [
@@ -408,7 +458,7 @@ def hidden_payments(
             by_id = {a.app_id: a for a in others}
             minus = sum(by_id[k].bundle(g).gain for k, g in got.items())
         else:
-            minus = base
+            base = minus = 0.0  # nobody else wants more: x*_{-i} is x* without i, c_i = 1
         c = math.exp(min(0.0, base - minus))
         kept, withheld = keep_fraction(won, c, (draws or {}).get(aid, 1.0))
         out[aid] = Payment(aid, c, won, kept, withheld)

@@ -27,7 +27,6 @@ Choices (docs/design.md, "Finish-time fairness", has the reasons):
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -78,6 +77,7 @@ class FairnessModel:
         if not self.idle_throughput > 0:
             raise ValueError(f"idle_throughput must be > 0, got {self.idle_throughput}")
         object.__setattr__(self, "_factors", {})  # (shape, profile) -> best factor: jobs repeat shapes
+        object.__setattr__(self, "_facts", {})  # id(app) -> (app, facts(app))
 
     def best_factor(self, job: Job) -> float:
         key = (job.gpus, job.gpus_per_node, job.nodes, job.profile)
@@ -90,27 +90,47 @@ class FairnessModel:
     def t_id(self, app: App) -> float:
         """Finish time on a private 1/N share, from arrival (seconds): the fluid time, floored by the
         longest job (a gang cannot finish sooner than on all its GPUs, however big the share)."""
+        return self.facts(app)[0]
+
+    def facts(self, app: App) -> tuple[float, float, float]:
+        """(T_id, remaining work, remaining path) of `app`, computed once per app and model (a round asks
+        for each app's rho and builds its agent from the same numbers)."""
+        hit = self._facts.get(id(app))  # type: ignore[attr-defined]
+        if hit is not None and hit[0] is app:  # the app is kept in the entry, so its id is not reused
+            return hit[1]
+        jobs = app.jobs
+        rem = [j.remaining for j in jobs]  # App.remaining_work and .remaining_path, from one pass
+        path = max([r / j.gpus for r, j in zip(rem, jobs, strict=True)], default=0.0)
+        facts = (self._t_id(app), sum(rem), path)
+        self._facts[id(app)] = (app, facts)  # type: ignore[attr-defined]
+        return facts
+
+    def _t_id(self, app: App) -> float:
         work = app.total_work
         if work <= 0:
             return 0.0
         share = min(float(app.max_parallelism), self.cluster_gpus / max(1.0, app.contention))
         path = app.finished_path
-        if app.jobs:
-            wsum = sum(j.work for j in app.jobs)
-            factor = sum(j.work * self.best_factor(j) for j in app.jobs) / wsum
-            path = max(path, max(job_path(j, app.arrival, self.best_factor(j)) for j in app.jobs))
+        jobs = app.jobs
+        if jobs:
+            best = self.best_factor
+            factors = [best(j) for j in jobs]
+            wsum = sum([j.work for j in jobs])
+            factor = sum([j.work * f for j, f in zip(jobs, factors, strict=True)]) / wsum
+            arrival = app.arrival
+            path = max(path, max([job_path(j, arrival, f) for j, f in zip(jobs, factors, strict=True)]))
         else:
             factor = 1.0
         return max(work / (max(share, 1e-9) * factor), path)
 
     def t_sh(self, app: App, now: float, throughput: float) -> float:
         """Estimated finish time in the shared cluster under an allocation of `throughput`."""
-        return shared_finish(max(0.0, now - app.arrival), app.remaining_work, throughput, self.idle_throughput,
-                             app.remaining_path)  # fmt: skip
+        _, remaining, path = self.facts(app)
+        return shared_finish(max(0.0, now - app.arrival), remaining, throughput, self.idle_throughput, path)
 
     def rho(self, app: App, now: float, throughput: float) -> float:
         """rho = T_sh / T_id; 1.0 for an app with no work at all."""
-        tid = self.t_id(app)
+        tid = self.facts(app)[0]
         if tid <= 0:
             return 1.0
         return self.t_sh(app, now, throughput) / tid
@@ -147,9 +167,4 @@ def app_throughput(
     return sum(job_throughput(jobs[jid], g, topology) for jid, g in holdings.items() if jid in jobs)
 
 
-def log_gain(rho_before: float, rho_after: float) -> float:
-    """The auction's value of moving from rho_before to rho_after: log(v_after / v_before), v = 1/rho."""
-    return math.log(rho_before) - math.log(rho_after)
-
-
-__all__ = ["ContentionClock", "FairnessModel", "Level", "app_throughput", "job_throughput", "log_gain", "shared_finish"]
+__all__ = ["ContentionClock", "FairnessModel", "Level", "app_throughput", "job_throughput", "shared_finish"]

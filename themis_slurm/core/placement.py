@@ -67,18 +67,14 @@ PROFILES: Mapping[str, Profile] = {
     )
 }
 
-#: Per-iteration times from the same source, for workloads that count iterations.
-ITERATION_TIME_S: Mapping[str, float] = {
-    "vgg11": 1.2, "vgg16": 1.2, "vgg19": 1.2, "alexnet": 0.5,
-    "resnet50": 0.33, "resnet101": 0.33, "resnet152": 0.33,
-    "inception3": 0.33, "inception4": 0.33, "googlenet": 0.33,
-}  # fmt: skip
-
 DEFAULT_PROFILE = "low"
 
 
 def get_profile(name: str | None) -> Profile:
     """Profile by model or class name; None gives the default class. Unknown names raise with the list."""
+    found = PROFILES.get(name)  # type: ignore[arg-type]  # names are usually lower case already
+    if found is not None:
+        return found
     if name is None:
         return PROFILES[DEFAULT_PROFILE]
     try:
@@ -92,86 +88,135 @@ def throughput(n_gpus: int, level: Level, profile: Profile) -> float:
     return n_gpus * profile.factor(level) if n_gpus > 0 else 0.0
 
 
-def _any(bucket: set):
-    """A deterministic member of a bucket in O(1): sets of ints iterate in an order fixed by their history."""
-    return next(iter(bucket))
-
-
 class Pool:
     """The GPUs still free in a round, indexed for fast tightest/best-fit gang placement.
 
     Mutable on purpose: a round takes and returns GPUs thousands of times. It is private to one round
     (created from an immutable set, never shared), so the arbiter stays a pure function.
+
+    Indexes: the free GPUs (one set, for subset tests at C speed), per island the free GPUs, per node and
+    rack the free count, and buckets (free count -> islands / nodes with exactly that many free) for
+    best fit. Which member of a bucket a placement picks depends on the bucket set's history, so every
+    take and give updates the buckets one GPU at a time, always in the same order. Plain placements
+    (no shape, no `within`) are memoised until the pool next changes: many apps place the same gang size
+    against the same pool.
     """
 
     def __init__(self, topology: Topology, free: Iterable[int]) -> None:
         self.topo = topology
+        self._meta = topology.gpu_meta
+        self._free: set[int] = set()
         self._isl_free: list[set[int]] = [set() for _ in topology.island_gpus]
         self._node_free: dict[str, int] = dict.fromkeys(topology.node_gpus, 0)
         self._rack_free: dict[str, int] = dict.fromkeys(topology.rack_nodes, 0)
         # buckets: free count -> set of islands / nodes with exactly that many free
         self._isl_bucket: dict[int, set[int]] = {}
         # nodes are bucketed by their position (ints iterate deterministically; str hashes are salted)
-        self._node_pos: dict[str, int] = {n: i for i, n in enumerate(topology.node_gpus)}
         self._node_names: tuple[str, ...] = tuple(topology.node_gpus)
         self._node_bucket: dict[int, set[int]] = {}
+        self._memo: dict[int, tuple[frozenset[int], Level] | None] = {}
         self.size = 0
-        for isl in range(len(topology.island_gpus)):
-            self._isl_bucket.setdefault(0, set()).add(isl)
+        if topology.island_gpus:
+            self._isl_bucket[0] = set(range(len(topology.island_gpus)))
         self._node_bucket[0] = set(range(len(self._node_names)))
-        for gid in free:
-            self._add(gid)
+        self.give(free)
 
     # ----------------------------------------------------------------- bookkeeping
-    def _move(self, bucket: dict, key, old: int, new: int) -> None:
-        s = bucket[old]
-        s.discard(key)
-        if not s:
-            del bucket[old]
-        bucket.setdefault(new, set()).add(key)
-
-    def _add(self, gid: int) -> None:
-        g = self.topo.gpus[gid]
-        isl = self._isl_free[g.island]
-        if gid in isl:
-            raise ValueError(f"GPU {gid} ({g.node} index {g.index}) is already free")
-        self._move(self._isl_bucket, g.island, len(isl), len(isl) + 1)
-        isl.add(gid)
-        n = self._node_free[g.node]
-        self._move(self._node_bucket, self._node_pos[g.node], n, n + 1)
-        self._node_free[g.node] = n + 1
-        self._rack_free[g.rack] += 1
-        self.size += 1
-
-    def _remove(self, gid: int) -> None:
-        g = self.topo.gpus[gid]
-        isl = self._isl_free[g.island]
-        if gid not in isl:
-            raise ValueError(f"GPU {gid} ({g.node} index {g.index}) is not free")
-        self._move(self._isl_bucket, g.island, len(isl), len(isl) - 1)
-        isl.discard(gid)
-        n = self._node_free[g.node]
-        self._move(self._node_bucket, self._node_pos[g.node], n, n - 1)
-        self._node_free[g.node] = n - 1
-        self._rack_free[g.rack] -= 1
-        self.size -= 1
-
     def take(self, gpus: Iterable[int]) -> None:
         """Mark GPUs used (all must be free; on error nothing is taken)."""
+        if not isinstance(gpus, (frozenset, set)):
+            gpus = list(gpus)
+            if len(set(gpus)) != len(gpus):
+                self._refuse(gpus)
+        if not self._free.issuperset(gpus):
+            self._refuse(gpus)
+        self.take_free(gpus)
+
+    def take_free(self, gpus: Iterable[int]) -> None:
+        """:meth:`take` for GPUs the caller has just checked are free and distinct (:meth:`has`)."""
+        if self._memo:
+            self._memo.clear()
+        meta, free, isl_free, nf, rf = self._meta, self._free, self._isl_free, self._node_free, self._rack_free
+        ib, nb = self._isl_bucket, self._node_bucket
+        for gid in gpus:
+            isl, pos, node, rack = meta[gid]
+            s = isl_free[isl]
+            c = len(s)
+            b = ib[c]
+            b.discard(isl)
+            if not b:
+                del ib[c]
+            b = ib.get(c - 1)
+            if b is None:
+                ib[c - 1] = {isl}
+            else:
+                b.add(isl)
+            s.discard(gid)
+            c = nf[node]
+            b = nb[c]
+            b.discard(pos)
+            if not b:
+                del nb[c]
+            b = nb.get(c - 1)
+            if b is None:
+                nb[c - 1] = {pos}
+            else:
+                b.add(pos)
+            nf[node] = c - 1
+            rf[rack] -= 1
+            free.discard(gid)
+        self.size = len(free)
+
+    def _refuse(self, gpus: Iterable[int]) -> None:
         gpus = list(gpus)
         missing = [g for g in gpus if g not in self]
-        if missing or len(set(gpus)) != len(gpus):
-            raise ValueError(f"cannot take GPUs {sorted(gpus)}: not free or repeated: {sorted(missing)}")
-        for gid in gpus:
-            self._remove(gid)
+        raise ValueError(f"cannot take GPUs {sorted(gpus)}: not free or repeated: {sorted(missing)}")
 
     def give(self, gpus: Iterable[int]) -> None:
         """Return GPUs to the pool."""
-        for gid in gpus:
-            self._add(gid)
+        if self._memo:
+            self._memo.clear()
+        meta, free, isl_free, nf, rf = self._meta, self._free, self._isl_free, self._node_free, self._rack_free
+        ib, nb = self._isl_bucket, self._node_bucket
+        try:
+            for gid in gpus:
+                isl, pos, node, rack = meta[gid]
+                s = isl_free[isl]
+                if gid in s:
+                    raise ValueError(f"GPU {gid} ({node} index {self.topo.gpus[gid].index}) is already free")
+                c = len(s)
+                b = ib[c]
+                b.discard(isl)
+                if not b:
+                    del ib[c]
+                b = ib.get(c + 1)
+                if b is None:
+                    ib[c + 1] = {isl}
+                else:
+                    b.add(isl)
+                s.add(gid)
+                c = nf[node]
+                b = nb[c]
+                b.discard(pos)
+                if not b:
+                    del nb[c]
+                b = nb.get(c + 1)
+                if b is None:
+                    nb[c + 1] = {pos}
+                else:
+                    b.add(pos)
+                nf[node] = c + 1
+                rf[rack] += 1
+                free.add(gid)
+        finally:
+            self.size = len(free)
 
     def __contains__(self, gid: int) -> bool:
-        return gid in self._isl_free[self.topo.gpus[gid].island]
+        return gid in self._free
+
+    def has(self, gpus: Iterable[int]) -> bool:
+        """Whether every GPU of `gpus` is free."""
+        return self._free.issuperset(gpus)
 
     def free_ids(self) -> frozenset[int]:
         return frozenset(g for s in self._isl_free for g in s)
@@ -183,13 +228,15 @@ class Pool:
         """An independent pool with the same free GPUs (copies the indexes; no re-indexing)."""
         new = Pool.__new__(Pool)
         new.topo = self.topo
+        new._meta = self._meta
+        new._free = set(self._free)
         new._isl_free = [set(s) for s in self._isl_free]
         new._node_free = dict(self._node_free)
         new._rack_free = dict(self._rack_free)
         new._isl_bucket = {k: set(v) for k, v in self._isl_bucket.items()}
-        new._node_pos = self._node_pos
         new._node_names = self._node_names
         new._node_bucket = {k: set(v) for k, v in self._node_bucket.items()}
+        new._memo = {}  # not shared: a copied bucket set may iterate in another order
         new.size = self.size
         return new
 
@@ -199,18 +246,22 @@ class Pool:
 
     def _from_node(self, node: str, k: int) -> list[int]:
         """k GPUs of one node, fullest islands first (fewest islands spanned)."""
-        out: list[int] = []
-        isls = sorted(self.topo.node_islands[node], key=lambda i: (-len(self._isl_free[i]), i))
-        # An island that alone holds k is best-fit chosen first.
-        fit = [i for i in isls if len(self._isl_free[i]) >= k]
-        if fit:
-            best = min(fit, key=lambda i: (len(self._isl_free[i]), i))
-            return self._from_island(best, k)
+        isl_free = self._isl_free
+        isls = self.topo.node_islands[node]  # ascending island ids
+        # An island that alone holds k is best-fit chosen first (fewest free, then lowest id).
+        best, best_c = -1, 0
         for i in isls:
+            c = len(isl_free[i])
+            if c >= k and (best < 0 or c < best_c):
+                best, best_c = i, c
+        if best >= 0:
+            return sorted(isl_free[best])[:k]
+        out: list[int] = []
+        for i in sorted(isls, key=lambda i: (-len(isl_free[i]), i)):
             need = k - len(out)
             if need <= 0:
                 break
-            out.extend(self._from_island(i, need))
+            out.extend(sorted(isl_free[i])[:need])
         return out
 
     def _from_nodes(self, nodes: list[str], k: int) -> list[int]:
@@ -255,18 +306,34 @@ class Pool:
             else:
                 got = self._find_within(gpus, list(within or ()))
             return (got, self.topo.level_of(got)) if got is not None else None
-        # 1. one island, best fit
-        max_isl = max(self._isl_bucket)
-        for c in range(gpus, max_isl + 1):
-            b = self._isl_bucket.get(c)
+        return self.best(gpus)
+
+    def best(self, gpus: int) -> tuple[frozenset[int], Level] | None:
+        """:meth:`place` for a gang of `gpus` GPUs with no shape and no `within` (memoised per pool state)."""
+        if gpus <= 0 or gpus > self.size:
+            return None
+        try:
+            return self._memo[gpus]
+        except KeyError:
+            found = self._memo[gpus] = self._place_plain(gpus)
+            return found
+
+    def _place_plain(self, gpus: int) -> tuple[frozenset[int], Level]:
+        """Tightest placement of an unshaped gang of `gpus` <= size GPUs (steps 1 to 4 of best fit)."""
+        # 1. one island, best fit. A bucket's member is next(iter(bucket)): O(1) and deterministic, as sets
+        #    of ints iterate in an order fixed by their history
+
+        ib = self._isl_bucket
+        for c in range(gpus, max(ib) + 1):
+            b = ib.get(c)
             if b:
-                return frozenset(self._from_island(_any(b), gpus)), Level.ISLAND
+                return frozenset(sorted(self._isl_free[next(iter(b))])[:gpus]), Level.ISLAND
         # 2. one node, best fit (no island holds it, so it spans islands)
-        max_node = max(self._node_bucket)
-        for c in range(gpus, max_node + 1):
-            b = self._node_bucket.get(c)
+        nb = self._node_bucket
+        for c in range(gpus, max(nb) + 1):
+            b = nb.get(c)
             if b:
-                return frozenset(self._from_node(self._node_names[_any(b)], gpus)), Level.NODE
+                return frozenset(self._from_node(self._node_names[next(iter(b))], gpus)), Level.NODE
         # 3. one rack, best fit by rack free count (no node holds it)
         racks = [r for r, f in self._rack_free.items() if f >= gpus]
         if racks:

@@ -25,7 +25,10 @@ class Level(IntEnum):
 
     @property
     def label(self) -> str:
-        return self.name.lower()
+        return _LABELS[self]
+
+
+_LABELS = tuple(level.name.lower() for level in Level)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +58,8 @@ class Topology:
     rack_nodes: Mapping[str, tuple[str, ...]] = field(init=False, repr=False, compare=False)
     node_rack: Mapping[str, str] = field(init=False, repr=False, compare=False)
     by_node_index: Mapping[tuple[str, int], int] = field(init=False, repr=False, compare=False)
+    #: per GPU id: (island, node position in `node_gpus`, node name, rack), the pool's lookups in one tuple
+    gpu_meta: tuple[tuple[int, int, str, str], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for i, g in enumerate(self.gpus):
@@ -95,6 +100,9 @@ class Topology:
         set_(self, "_max_node", max((len(v) for v in node_gpus.values()), default=0))
         set_(self, "_max_rack_gpus", max((sum(len(node_gpus[n]) for n in ns) for ns in rack_nodes.values()), default=0))
         set_(self, "_max_rack_nodes", max((len(v) for v in rack_nodes.values()), default=0))
+        # per GPU, for the pool's hot paths: (island, node position, node name, rack)
+        node_pos = {n: i for i, n in enumerate(node_gpus)}
+        set_(self, "gpu_meta", tuple((g.island, node_pos[g.node], g.node, g.rack) for g in self.gpus))
 
     # ----------------------------------------------------------------- construction
     @classmethod
@@ -166,29 +174,31 @@ class Topology:
 
     def level_of(self, gpu_ids: Iterable[int]) -> Level:
         """The widest boundary a GPU set crosses (a single GPU or the empty set is ISLAND)."""
-        islands: set[int] = set()
-        nodes: set[str] = set()
-        racks: set[str] = set()
-        for gid in gpu_ids:
-            g = self.gpus[gid]
-            islands.add(g.island)
-            nodes.add(g.node)
-            racks.add(g.rack)
-        if len(racks) > 1:
-            return Level.CLUSTER
-        if len(nodes) > 1:
-            return Level.RACK
-        if len(islands) > 1:
-            return Level.NODE
-        return Level.ISLAND
+        meta = self.gpu_meta
+        it = iter(gpu_ids)
+        first = next(it, None)
+        if first is None:
+            return Level.ISLAND
+        isl0, _, node0, rack0 = meta[first]
+        level = Level.ISLAND
+        for gid in it:  # compared with the first GPU: one pass, out at the first rack boundary
+            isl, _, node, rack = meta[gid]
+            if rack != rack0:
+                return Level.CLUSTER
+            if node != node0:
+                level = Level.RACK
+            elif isl != isl0 and level is Level.ISLAND:
+                level = Level.NODE
+        return level
 
     def nodes_of(self, gpu_ids: Iterable[int]) -> dict[str, int]:
         """GPU count per node for a set, ordered by node name: what Slurm is asked to pin."""
         out: dict[str, int] = {}
+        meta = self.gpu_meta
         for gid in gpu_ids:
-            node = self.gpus[gid].node
+            node = meta[gid][2]
             out[node] = out.get(node, 0) + 1
-        return dict(sorted(out.items()))
+        return dict(sorted(out.items())) if len(out) > 1 else out
 
     def best_level(self, gpus: int, gpus_per_node: int | None = None, nodes: int | None = None) -> Level:
         """The tightest level at which a gang of this shape can ever be placed on this cluster.
