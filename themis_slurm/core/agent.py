@@ -6,7 +6,7 @@ tightest placement the pool allows (:meth:`Pool.find`). A bundle is a prefix of 
 the rho the app would reach with it. The authors' agent enumerates GPU subsets and keeps the best-placed
 bundle per size; packing gang by gang gives the same best-placed bundle per size in O(gangs) placements
 instead of exponential enumeration. Alternatives that avoid conflicts between apps (the same tight spot
-wanted by two apps) come from packing within one rack or one node (:meth:`Agent.chain` with `within`).
+wanted by two apps) come from packing within one rack or one node (:meth:`Agent.valuations` with `within`).
 """
 
 from __future__ import annotations
@@ -177,7 +177,7 @@ class Agent:
         gpus, level = found
         return [(gpus, level, len(gpus) * factors[level] * self.start_keep)]
 
-    def chain(self, pool: Pool, within: Iterable[str] | None = None) -> list[Bundle]:
+    def valuations(self, pool: Pool, within: Iterable[str] | None = None) -> list[Bundle]:
         """Bundles of growing size: the gangs that fit, packed one after the other.
 
         The pool is left as it was (GPUs are taken while packing and returned at the end).

@@ -302,16 +302,16 @@ class ExactSolver:
 
         topo = pool.topo
         for a in agents:
-            for b in a.chain(pool):
+            for b in a.valuations(pool):
                 add(b)
             if len(topo.rack_nodes) > 1:
                 for nodes in topo.rack_nodes.values():
-                    for b in a.chain(pool, within=nodes):
+                    for b in a.valuations(pool, within=nodes):
                         add(b)
             if self.node_alternatives:
                 for node in topo.nodes:
                     if pool.node_free(node):
-                        for b in a.chain(pool, within=[node]):
+                        for b in a.valuations(pool, within=[node]):
                             add(b)
         fast = FastSolver()
         for b in fast.solve(agents, pool).bundles.values():
@@ -396,7 +396,7 @@ def keep_fraction(won: Bundle, c: float, draw: float = 1.0) -> tuple[tuple[Gang,
     return tuple(kept), ()
 
 
-def payment_draw(seed: int, now: float, app_id: str) -> float:
+def lottery(seed: int, now: float, app_id: str) -> float:
     """The lottery number of `app_id` in the round at `now`: uniform in [0, 1), a pure function of its arguments."""
     digest = hashlib.sha256(f"{seed}:{now!r}:{app_id}".encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2.0**64

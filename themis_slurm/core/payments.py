@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from themis_slurm.core.agent import Agent, Gang
-from themis_slurm.core.auction import hidden_payments, payment_draw
+from themis_slurm.core.auction import hidden_payments, lottery
 from themis_slurm.core.round_state import RoundState
 from themis_slurm.core.winners import Solved
 
@@ -26,7 +26,7 @@ def charge(rs: RoundState, solved: Solved) -> None:
     """Hidden-payment phase: c_i for every winner (none when payments are off or nobody won)."""
     if not (rs.cfg.hidden_payments and rs.x_star is not None and rs.x_star.bundles):
         return
-    draws = {a.app_id: payment_draw(rs.cfg.seed, rs.now, a.app_id) for a in rs.bidders}
+    draws = {a.app_id: lottery(rs.cfg.seed, rs.now, a.app_id) for a in rs.bidders}
     rs.payments = hidden_payments(rs.bidders, rs.pool, rs.x_star, solved.exact, solved.candidates, draws)
 
 

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from themis_slurm.core.arbiter import ArbiterConfig, bidders_offered, run_round
-from themis_slurm.core.auction import payment_draw
+from themis_slurm.core.auction import lottery
 from themis_slurm.core.decision import Decision
 from themis_slurm.core.placement import Pool
 from themis_slurm.core.state import ClusterState
@@ -213,7 +213,7 @@ def test_hand_computed_three_apps_eight_gpus() -> None:
       c_A = exp(gains of B,C in x* - best of B,C without A) = exp(5.259 - 5.879) = 0.5385 -> A keeps nothing
       c_B = 1;  c_C = exp(6.574 - 7.194) = 0.5385 -> C's 1 GPU is withheld
     (c_i compare the others' rho under two allocations, so the no-allocation rho cancels out of them.)
-    Gangs are kept by lottery (keep_fraction): A's and C's draws (payment_draw(0, 100.0, id) = 0.696 and 0.813)
+    Gangs are kept by lottery (keep_fraction): A's and C's draws (lottery(0, 100.0, id) = 0.696 and 0.813)
     are above their c = 0.5385, so both single gangs are withheld.
     Leftover: no app is outside the auction (f = 0); B paid nothing and gets its second gang (rho 700/900);
     then work conservation, worst rho first: A (rho 41000/1500, worse than C's 6000/500) gets its 4-GPU gang
@@ -235,8 +235,8 @@ def test_hand_computed_three_apps_eight_gpus() -> None:
             math.log((41000 / 1500) / (1100 / 1500)) + math.log((25000 / 900) / (1300 / 900)) + math.log(6000 / 600), rel=1e-9
         )
         assert d.objective == pytest.approx(8.877, abs=1e-3)
-        assert payment_draw(0, 100.0, "A") == pytest.approx(0.696, abs=1e-3)
-        assert payment_draw(0, 100.0, "C") == pytest.approx(0.813, abs=1e-3)
+        assert lottery(0, 100.0, "A") == pytest.approx(0.696, abs=1e-3)
+        assert lottery(0, 100.0, "C") == pytest.approx(0.813, abs=1e-3)
         assert r["A"].won_gpus == 4 and r["A"].kept_gpus == 0
         assert r["A"].payment_fraction == pytest.approx(math.exp(math.log(25000 / 1300) + math.log(6000 / 600)
                                                                  - math.log(25000 / 700) - math.log(6000 / 600)))  # fmt: skip

@@ -137,7 +137,7 @@ def test_keep_fraction_never_rounds_up() -> None:
 def test_keep_fraction_lottery_keeps_c_in_expectation() -> None:
     """The next gang is kept when the draw is below the uncovered budget / its throughput."""
     from themis_slurm.core.agent import Gang
-    from themis_slurm.core.auction import payment_draw
+    from themis_slurm.core.auction import lottery
     from themis_slurm.core.topology import Level
 
     gangs = tuple(Gang(f"j{k}", frozenset({k}), Level.ISLAND, 1.0) for k in range(4))
@@ -149,7 +149,7 @@ def test_keep_fraction_lottery_keeps_c_in_expectation() -> None:
     one = Bundle("a", gangs[:1], 1.0, 1.0)  # a single gang: kept with probability c (never always lost)
     assert keep_fraction(one, 0.6, draw=0.59) == (gangs[:1], ())
     assert keep_fraction(one, 0.6, draw=0.61) == ((), gangs[:1])
-    draws = [payment_draw(7, 100.0 + k, "a") for k in range(4000)]
-    assert all(0.0 <= u < 1.0 for u in draws) and draws == [payment_draw(7, 100.0 + k, "a") for k in range(4000)]
+    draws = [lottery(7, 100.0 + k, "a") for k in range(4000)]
+    assert all(0.0 <= u < 1.0 for u in draws) and draws == [lottery(7, 100.0 + k, "a") for k in range(4000)]
     kept = sum(len(keep_fraction(won, 0.3, u)[0]) for u in draws) / len(draws)
     assert kept == pytest.approx(0.3 * 4, abs=0.05)  # E[kept throughput] = c x won

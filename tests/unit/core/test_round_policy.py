@@ -13,7 +13,7 @@ import pytest
 from themis_slurm import reasons
 from themis_slurm.core.agent import Agent
 from themis_slurm.core.arbiter import ArbiterConfig, bidders_offered, run_round
-from themis_slurm.core.auction import greedy_fill, payment_draw
+from themis_slurm.core.auction import greedy_fill, lottery
 from themis_slurm.core.decision import AppRecord, Preemption, Renewal
 from themis_slurm.core.fairness import FairnessModel
 from themis_slurm.core.payments import MIN_CUT
@@ -222,7 +222,7 @@ def test_greedy_fill_rejects_an_unknown_order() -> None:
 def _seed_where(now: float, app_id: str, withheld: bool, c: float) -> int:
     """The first seed in 0..200 whose lottery draw withholds (draw >= c) or keeps (draw < c) the gang."""
     for seed in range(201):
-        if (payment_draw(seed, now, app_id) >= c) == withheld:
+        if (lottery(seed, now, app_id) >= c) == withheld:
             return seed
     raise AssertionError(f"no seed in 0..200 with draw {'>=' if withheld else '<'} {c}")
 
@@ -321,7 +321,7 @@ def test_agent_orders_homes_then_longest_remaining_per_gpu_then_submit() -> None
     agent = Agent(app, FairnessModel(topo, 8), 100.0, 0.0, jobs, {"h": frozenset({7})})
     assert [j.id for j in agent.jobs] == ["h", "c", "b", "a", "e", "d"]
     assert agent.kinds[0] == (jobs[5],)  # the home is its own kind, first
-    bundles = agent.chain(Pool(topo, range(8)))
+    bundles = agent.valuations(Pool(topo, range(8)))
     # packed in that order: h, c, b, a, e use 1 + 1 + 1 + 4 + 1 = 8 GPUs; d (2 GPUs) no longer fits
     assert [g.job_id for g in bundles[-1].gangs] == ["h", "c", "b", "a", "e"]
     assert sorted(bundles[0].gangs[0].gpus) == [7]  # the home is kept in place
