@@ -100,6 +100,10 @@ class _Progress:
 @click.option("--format", "fmt", type=click.Choice(["hyperdrive", "chronus", "gavel"]), help="Trace format.")
 @click.option("--group-by", help="What makes an app: chronus job|user|user+model, gavel job|job_type.")
 @click.option("--time-unit", type=float, help="Seconds per time unit of a chronus trace (default 1).")
+@click.option("--throughputs", type=click.Path(dir_okay=False),
+              help="gavel: Gavel's simulation_throughputs.json, for exact run times per (job type, GPUs); "
+                   "without it run times come from flat per-family rates (an approximation, up to 54x off).")
+@click.option("--gpu-type", help="gavel: the GPU type of --throughputs to use (default v100).")
 @click.option("--skip-bad", is_flag=True, help="Skip invalid trace rows (and say how many) instead of failing.")
 @click.option("--app-interval", type=float, help="hyperdrive: space app arrivals this many seconds apart.")
 @click.option("--workload", type=click.Choice(["paper"]), help="Synthetic workload (the default without --trace).")
@@ -198,7 +202,8 @@ def _options(o: dict[str, Any]):
         raise click.UsageError("give either --trace or --workload, not both")
     if path is None:
         for opt, key in (("--format", "fmt"), ("--group-by", "group_by"), ("--time-unit", "time_unit"),
-                         ("--app-interval", "app_interval")):  # fmt: skip
+                         ("--app-interval", "app_interval"), ("--throughputs", "throughputs"),
+                         ("--gpu-type", "gpu_type")):  # fmt: skip
             if o[key] is not None:
                 raise _bad(opt, f"{o[key]!r} only applies with --trace")
         if o["skip_bad"]:
@@ -229,6 +234,17 @@ def _options(o: dict[str, Any]):
             if fmt != "hyperdrive" or not o["app_interval"] >= 0:
                 raise _bad("--app-interval", f"{o['app_interval']:g}: must be >= 0 and only applies to hyperdrive")
             opts["app_interval_s"] = o["app_interval"]
+        if o["throughputs"] is not None or o["gpu_type"] is not None:
+            if fmt != "gavel":
+                opt = "--throughputs" if o["throughputs"] is not None else "--gpu-type"
+                raise _bad(opt, f"only applies to --format gavel, not {fmt}")
+            if o["throughputs"] is None:
+                raise _bad("--gpu-type", "needs --throughputs (the flat rates have no GPU types)")
+            if not Path(o["throughputs"]).is_file():
+                raise _bad("--throughputs", f"{o['throughputs']!r}: no such file")
+            opts["throughputs"] = o["throughputs"]
+            if o["gpu_type"] is not None:
+                opts["gpu_type"] = o["gpu_type"]
         spec = WorkloadSpec("trace", path=path, fmt=fmt, loader_options=opts,
                             sensitive_fraction=o["sensitive_fraction"], seed=o["seed"], max_jobs=o["max_jobs"])  # fmt: skip
     try:

@@ -18,20 +18,28 @@ row must then have that count:
 Mapping: scale_factor is the job's GPU count; job_type (e.g. 'ResNet-50 (batch size 64)') maps to a placement
 profile where one exists (only ResNet-50 does; the others get model None); arrival_time is in seconds.
 
-Duration (ASSUMPTION): Gavel traces give work as total_steps, not time. duration_s = total_steps /
-(steps_per_s(job family) * scale_factor), i.e. single-GPU throughput times linear scaling, which is the
-"ideal placement" run time a TraceJob holds. The default single-GPU steps/s table is Gavel's own isolated
-("null") V100 throughput per job family from scheduler/combined_throughputs.json (commit 474a31a2), rounded
-to 3 significant figures. It ignores batch size (later Gavel tables are per batch size and per scale
-factor), so durations are indicative; pass ``steps_per_s`` to use better numbers.
+Duration. Gavel traces give work as total_steps, not time.
+
+- EXACT, with ``throughputs`` (Gavel's simulation_throughputs.json, as Gavel's own simulator uses it):
+  duration_s = total_steps / throughputs[gpu_type][str((job_type, scale_factor))]["null"], the job's
+  measured steps per second running alone on scale_factor GPUs of that type (default v100), which is the
+  "ideal placement" run time a TraceJob holds. A job type the table lacks is a TraceError naming it.
+- APPROXIMATE, without it: duration_s = total_steps / (steps_per_s(job family) * scale_factor), one flat
+  single-GPU rate per family times linear scaling. The default table is Gavel's isolated ("null") V100
+  throughput per family from scheduler/combined_throughputs.json (commit 474a31a2), rounded to 3
+  significant figures. It ignores batch size and measured scaling: against the exact rates run times come
+  out 0.15x to 54x off (Recommendation 7-54x, LM on 4 GPUs 0.2-0.3x, on a 160-job Gavel trace), so use it
+  only for a trace's shape, never for its load. The trace's notes say which one was used.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Iterator, Mapping
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 from themis_slurm.sim.loaders._common import Collector, PathArg, RowContext, check_width, open_text
 from themis_slurm.sim.trace import Trace, TraceError, TraceJob
@@ -92,6 +100,8 @@ def load_gavel(
     default_steps_per_s: float | None = None,
     group_by: GroupBy = "job",
     skip_bad: bool = False,
+    throughputs: PathArg | Mapping[str, Any] | None = None,
+    gpu_type: str = "v100",
 ) -> Trace:
     """Read a Gavel trace.
 
@@ -103,6 +113,9 @@ def load_gavel(
         group_by: "job" (default): Gavel has no notion of app, so every job is its own app; "job_type":
             jobs of the same job_type form one app.
         skip_bad: skip invalid rows (counted and noted) instead of raising TraceError at the first one.
+        throughputs: Gavel's simulation_throughputs.json (a path, or the parsed JSON): exact run times per
+            (job type, scale factor); steps_per_s and default_steps_per_s are then unused.
+        gpu_type: the throughput table's GPU type (a top-level key, e.g. v100, p100, k80).
     """
     if group_by not in GROUP_BY:
         raise ValueError(f"group_by must be one of {GROUP_BY}, got {group_by!r}")
@@ -111,6 +124,7 @@ def load_gavel(
     for key, rate in (*table.items(), ("default_steps_per_s", default_steps_per_s)):
         if rate is not None and not (math.isfinite(rate) and rate > 0):
             raise ValueError(f"steps per second for {key!r} must be finite and > 0, got {rate!r}")
+    measured = _measured(throughputs, gpu_type) if throughputs is not None else None
     name = str(path)
     rows = _tab_rows(path)
     first = next(rows, None)
@@ -134,12 +148,19 @@ def load_gavel(
         if "priority_weight" in pos:
             ctx.number("priority_weight", row[pos["priority_weight"]], minimum=0, strict=True)
             ctx.number("SLO", row[pos["SLO"]])
-        rate = table.get(job_type, table.get(job_family(job_type), default_steps_per_s))
-        if rate is None:
-            known = ", ".join(sorted(table))
-            raise ctx.error(
-                "job_type", job_type, f"a job type with a known steps/s ({known}); pass steps_per_s or default_steps_per_s"
-            )
+        if measured is not None:
+            key = str((job_type, gpus))
+            if key not in measured:
+                raise ctx.error("job_type", f"{job_type} x {gpus} GPU(s)",
+                                f"a (job type, scale factor) in the {gpu_type} throughput table")
+            duration = total_steps / measured[key]
+        else:
+            rate = table.get(job_type, table.get(job_family(job_type), default_steps_per_s))
+            if rate is None:
+                known = ", ".join(sorted(table))
+                raise ctx.error("job_type", job_type,
+                                f"a job type with a known steps/s ({known}); pass steps_per_s or default_steps_per_s")
+            duration = total_steps / (rate * gpus)
         job_id = str(ctx.line - 1)  # Gavel numbers jobs 0, 1, ... in file order
         app = f"job{job_id}" if group_by == "job" else job_type
         return TraceJob(
@@ -148,17 +169,45 @@ def load_gavel(
             user=app,
             arrival_s=arrival,
             gpus=gpus,
-            duration_s=total_steps / (rate * gpus),
+            duration_s=duration,
             model=collector.model(ctx, job_type),
             line=ctx.line,
         )
 
     collector.run(_chain(first, rows), parse)
-    notes = [
-        f"gavel: {width}-column layout; apps by {group_by}; duration = total_steps / (steps_per_s * scale_factor),"
-        " an assumption (see loaders/gavel.py)"
-    ]
+    if measured is not None:
+        how = (f"duration = total_steps / measured {gpu_type} steps/s of (job type, scale factor) alone, "
+               "as Gavel's simulator")
+    else:
+        how = ("duration = total_steps / (flat steps/s per family x scale factor): an APPROXIMATION, 0.15x to "
+               "54x off Gavel's measured rates; pass the throughputs file for exact run times")
+    notes = [f"gavel: {width}-column layout; apps by {group_by}; {how}"]
     return collector.trace(notes)
+
+
+def _measured(throughputs: PathArg | Mapping[str, Any], gpu_type: str) -> dict[str, float]:
+    """{str((job_type, scale_factor)): steps/s alone} for `gpu_type` from Gavel's throughput JSON."""
+    where = "throughputs"
+    if isinstance(throughputs, Mapping):
+        data: Any = throughputs
+    else:
+        where = str(throughputs)
+        try:
+            data = json.loads(Path(throughputs).read_text())
+        except OSError as e:
+            raise TraceError(where, None, None, None, f"cannot read the throughputs file: {e.strerror}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise TraceError(where, None, None, None,
+                             f"not JSON ({e}); expected Gavel's simulation_throughputs.json") from None
+    if not isinstance(data, Mapping) or not isinstance(data.get(gpu_type), Mapping):
+        types = ", ".join(sorted(data)) if isinstance(data, Mapping) else ""
+        raise TraceError(where, None, "gpu_type", gpu_type, f"a GPU type of the file ({types or 'none found'})")
+    out: dict[str, float] = {}
+    for key, entry in data[gpu_type].items():
+        rate = entry.get("null") if isinstance(entry, Mapping) else None
+        if isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0:
+            out[key] = float(rate)
+    return out
 
 
 def _tab_rows(path: PathArg) -> Iterator[tuple[int, list[str]]]:
