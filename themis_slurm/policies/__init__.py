@@ -9,6 +9,7 @@ and `options` named after each policy's constructor (see :func:`policy_options`)
 from __future__ import annotations
 
 from themis_slurm.policies.base import Policy, PolicyContext, ThemisPolicy
+from themis_slurm.policies.fairshare import FairSharePolicy
 from themis_slurm.policies.fifo import FifoPolicy
 from themis_slurm.policies.gandiva import GandivaPolicy
 from themis_slurm.policies.maxmin import MaxMinPolicy
@@ -22,6 +23,7 @@ from themis_slurm.policies.tiresias import TiresiasPolicy
 __all__ = [
     "NAMES",
     "POLICIES",
+    "FairSharePolicy",
     "FifoPolicy",
     "GandivaPolicy",
     "MaxMinPolicy",

@@ -1,154 +1,99 @@
-"""Max-min fairness per app: instantaneous equal GPU shares, work-conserving.
+"""Max-min fairness of GPU *time* across apps, time-sliced over rounds (after Gavel's max_min_fairness).
 
-Dominant Resource Fairness (Ghodsi et al., NSDI 2011) with GPUs as the only resource is max-min fairness
-on GPU counts; applied per app, it is the "instantaneous fair share" baseline the Themis paper argues
-against (NSDI 2020, section 2: equal shares now do not give equal finish times, because placement and
-app lengths differ).
+Narayanan et al., "Heterogeneity-Aware Cluster Scheduling Policies for Deep Learning Workloads" (Gavel),
+OSDI 2020, section 4: a policy computes each job's allocation X_j (the fraction of time it should run) and
+a round-based mechanism realises it, each round scheduling jobs in decreasing priority
+X_j / (fraction of time received so far). Its max_min_fairness policy maximises the minimum normalised
+share. This module is our own implementation for one GPU type (Gavel's "heterogeneity-agnostic" variant,
+where normalised throughput is time share), per app rather than per job, since Themis is fair to apps:
 
-Each app's fair share is computed by water-filling the managed GPUs (free + leased) over the apps'
-demands (the GPUs all their unfinished jobs would hold at once); shares are fractional. Apps are then
-served one job at a time, always the app with the smallest ``held / share`` next (its jobs by submit
-time): a job starts on free GPUs when it fits; otherwise, if the app is below its share, it may preempt
-jobs of apps above theirs.
-
-Simplifications and choices:
-
-* **Hysteresis, so it does not thrash**: app A may take a job's GPUs from app B only if afterwards A holds
-  at most its share and B at least its share (so B can never take them straight back), and only from jobs
-  that have run at least `min_run_s` (default 300 s; :meth:`next_wakeup` asks to be called when a
-  protected job becomes preemptible while an app is below its share). Victims: the most-over-share app
-  first, its most recently started job first; victims whose GPUs the placement does not use are kept.
-* **Work conservation** over strict shares: GPUs that no under-share app can use go to any app whose job
-  fits, even above its share (they are reclaimed later by preemption if needed).
-* Gang granularity: shares are fractional but jobs are whole gangs, so an app can sit below its share
-  when its next gang is larger than its deficit.
-* Elastic jobs are rigid gangs of their maximum size; grants never expire. Placement: tightest free.
+* **Allocation**: every managed GPU (free or leased) is water-filled over the apps' demands (the GPUs of
+  all their unfinished jobs at once), then each app's share over its jobs; a job's time fraction is
+  X_j = min(1, its share / its gang width). Max-min on shares is what the LP gives with one resource type
+  (the maximised minimum is the water level), so no solver is needed.
+* **Realisation in rounds**: rounds are quanta of `quantum_s` (default 360 s) on a global clock. A job's
+  received fraction is its GPU-seconds so far / (gang width x time since submit). At a round boundary,
+  jobs (waiting, and running ones whose slice is over) are placed in decreasing X_j / received; a waiting
+  job may suspend running jobs of *lower* priority, lowest first, until it fits (a preemption: the
+  simulator charges its restart cost). Running jobs that keep their priority keep their GPUs untouched.
+  Between boundaries arrivals only take free GPUs (work conservation, no preemption).
+* **Simplifications** (stated as Gavel's differ): one GPU type, no space sharing, no placement awareness
+  (tightest free placement), elastic jobs run at their maximum width; priorities are recomputed from the
+  jobs' attained service every round instead of Gavel's per-round counters.
 """
 
 from __future__ import annotations
 
-import math
-from collections import deque
 from collections.abc import Mapping
 
 from themis_slurm.core.decision import Decision
+from themis_slurm.core.placement import Pool
 from themis_slurm.core.workload import Job
 from themis_slurm.policies.base import PolicyContext
-from themis_slurm.policies.common import INF, BaselineScratchpad
+from themis_slurm.policies.common import INF, BaselineScratchpad, EpochClock, priority_fill
+from themis_slurm.policies.fairshare import water_fill
 
-_TOL = 1e-9
+_EPS = 1e-9
 
 
-def water_fill(capacity: float, demands: Mapping[str, float]) -> dict[str, float]:
-    """Max-min fair shares of `capacity` for the given demands (each app gets min(demand, level))."""
-    shares = dict.fromkeys(demands, 0.0)
-    left = float(capacity)
-    active = sorted((d, a) for a, d in demands.items() if d > 0)
-    while active and left > _TOL:
-        level = left / len(active)
-        d, a = active[0]
-        if d <= level:
-            shares[a] = d
-            left -= d
-            active.pop(0)
-        else:
-            for _, b in active:
-                shares[b] = level
-            left = 0.0
-            active = []
-    return shares
+def time_fractions(jobs_by_app: Mapping[str, list[Job]], capacity: float) -> dict[str, float]:
+    """X_j for every job: max-min shares of `capacity` GPUs over apps, then over each app's jobs."""
+    shares = water_fill(capacity, {a: float(sum(j.gpus for j in js)) for a, js in jobs_by_app.items()})
+    out: dict[str, float] = {}
+    for aid, jobs in jobs_by_app.items():
+        per_job = water_fill(shares[aid], {j.id: float(j.gpus) for j in jobs})
+        out.update({j.id: min(1.0, per_job[j.id] / j.gpus) for j in jobs})
+    return out
 
 
 class MaxMinPolicy:
     name = "maxmin"
-    #: re-shares: preempts running jobs of apps above their max-min share (see Policy)
+    #: time-slices: suspends lower-priority running jobs at round boundaries, whatever their leases
     grants_only_free_or_expired = False
 
-    def __init__(self, min_run_s: float = 300.0) -> None:
-        if min_run_s < 0:
-            raise ValueError(f"min_run_s must be >= 0, got {min_run_s}")
-        self.min_run_s = float(min_run_s)
+    def __init__(self, quantum_s: float = 360.0) -> None:
+        self.epochs = EpochClock(quantum_s)
         self._wake: float | None = None
 
     def schedule(self, ctx: PolicyContext) -> Decision:
         pad = BaselineScratchpad(ctx.state, self.name)
         now = pad.now
         capacity = len(ctx.state.free) + sum(len(lease.gpus) for lease in ctx.state.leases)
-        demand = {a.id: float(sum(j.gpus for j in a.jobs)) for a in ctx.state.apps}
-        share = water_fill(capacity, demand)
-        held = {aid: float(n) for aid, n in pad.app_gpus().items()}
-        arrival = {a.id: (a.arrival, a.id) for a in ctx.state.apps}
-        queues: dict[str, deque[Job]] = {
-            a.id: deque(
-                sorted((j for j in a.jobs if j.id not in pad.running), key=lambda j: (j.submit, j.id))
-            )
-            for a in ctx.state.apps
-        }
-        failed_size: dict[str, int] = {}  # smallest gang an app failed to preempt for in this call
-        protected_until = INF
+        x = time_fractions({a.id: list(a.jobs) for a in ctx.state.apps}, capacity)
 
-        def ratio(aid: str) -> tuple:
-            return (held[aid] / share[aid] if share[aid] > 0 else math.inf, arrival[aid])
+        def priority(j: Job) -> float:
+            age = now - j.submit
+            received = j.service / (j.gpus * age) if age > _EPS else 0.0
+            return x[j.id] / max(received, _EPS)
 
-        def placer(j: Job, p) -> frozenset[int] | None:
-            return pad.fit(j, pool=p)
+        prio = {jid: priority(j) for jid, j in pad.jobs.items()}
+        at_boundary = self.epochs.on_boundary(now)
+        rotatable = self.epochs.rotatable(pad)
+        key = {jid: (-prio[jid], pad.jobs[jid].submit, jid) for jid in pad.jobs}
+        order = sorted([*pad.waiting(), *(pad.jobs[j] for j in rotatable)], key=lambda j: key[j.id])
 
-        order: list[Job] = []
-        live = {aid for aid, q in queues.items() if q}
-        while live:
-            aid = min(live, key=ratio)
-            job = queues[aid].popleft()
-            if not queues[aid]:
-                live.discard(aid)
-            order.append(job)
-            got = pad.fit(job)
-            under = held[aid] + job.gpus <= share[aid] + _TOL
-            if got is None and under and job.gpus < failed_size.get(aid, math.inf):
-                victims, blocked = self._victims(pad, job, share, held)
-                protected_until = min(protected_until, blocked)
-                before = set(pad.preempted)
-                got = pad.fit_with_preemption(
-                    job, victims, placer, f"above its fair share; GPUs go to app {aid}"
-                )
-                if got is None:
-                    failed_size[aid] = job.gpus
-                for jid in set(pad.preempted) - before:
-                    held[pad.jobs[jid].app_id] -= len(pad.running[jid].gpus)
-            if got is None:
-                pad.wait(job, f"does not fit (app holds {held[aid]:.0f} of its {share[aid]:.1f} GPU share)")
-                continue
-            pad.grant(job, got, source="maxmin")
-            held[aid] += len(got)
+        def placer(job: Job, pool: Pool) -> frozenset[int] | None:
+            return pad.fit(job, pool=pool)
+
+        def victims(job: Job) -> list[str]:
+            if not (at_boundary or rotatable):
+                return []
+            lower = [v for v in rotatable if v not in pad.preempted and key[v] > key[job.id]]
+            return sorted(lower, key=lambda v: key[v], reverse=True)  # the lowest priority goes first
+
+        priority_fill(pad, order, placer, victims_for=victims, source="maxmin",
+                      preempt_reason=lambda j: f"lower time-share priority than job {j.id}")  # fmt: skip
+        oversubscribed = any(not pad.is_active(j.id) for j in pad.jobs.values())
+        expiry = self.epochs.after(now) if oversubscribed else INF
+        pad.set_expiry(expiry)
         for a in ctx.state.apps:
-            pad.note(a.id, f"fair share {share[a.id]:.1f} GPU(s), holds {held[a.id]:.0f}")
-        self._wake = protected_until if math.isfinite(protected_until) and protected_until > now else None
-        return pad.decision(order)
-
-    def _victims(
-        self, pad: BaselineScratchpad, job: Job, share: Mapping[str, float], held: Mapping[str, float]
-    ) -> tuple[list[str], float]:
-        """Jobs `job`'s app may take GPUs from (first = first to go), and when the earliest protected
-        candidate stops being protected (inf if none). Per victim app, jobs are listed (most recently
-        started first) only while the app would stay at or above its share after losing all of them."""
-        per_app: dict[str, list[tuple[float, str]]] = {}
-        blocked = INF
-        for jid, lease in pad.holding().items():
-            victim = pad.jobs[jid]
-            if victim.app_id == job.app_id or not victim.preemptible:
-                continue
-            if pad.now - lease.start < self.min_run_s:
-                blocked = min(blocked, lease.start + self.min_run_s)
-                continue
-            per_app.setdefault(victim.app_id, []).append((-lease.start, jid))
-        out: list[tuple[tuple, str]] = []
-        for owner, jobs in per_app.items():
-            left = held[owner]
-            for neg_start, jid in sorted(jobs):
-                left -= len(pad.running[jid].gpus)
-                if left < share[owner] - _TOL:
-                    break
-                out.append(((-(held[owner] - share[owner]), owner, neg_start, jid), jid))
-        return [jid for _, jid in sorted(out)], blocked
+            share = sum(x[j.id] * j.gpus for j in a.jobs)
+            pad.note(a.id, f"max-min time share {share:.2f} GPU(s)")
+        for job in pad.jobs.values():
+            if not pad.is_active(job.id):
+                pad.why_wait[job.id] = f"priority {prio[job.id]:.2f}: next round at t={self.epochs.after(now):.0f}"
+        self._wake = expiry if oversubscribed else None
+        return pad.decision(order, renew_expiry=expiry)
 
     def next_wakeup(self, now: float) -> float | None:
         return self._wake if self._wake is not None and self._wake > now else None

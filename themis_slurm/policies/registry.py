@@ -24,6 +24,7 @@ from typing import Any
 
 from themis_slurm.core.arbiter import ArbiterConfig
 from themis_slurm.policies.base import Policy, ThemisPolicy
+from themis_slurm.policies.fairshare import FairSharePolicy
 from themis_slurm.policies.fifo import FifoPolicy
 from themis_slurm.policies.gandiva import GandivaPolicy
 from themis_slurm.policies.maxmin import MaxMinPolicy
@@ -34,6 +35,7 @@ from themis_slurm.policies.srtf import SrtfPolicy
 from themis_slurm.policies.tiresias import TiresiasPolicy
 
 _BASELINES: dict[str, type] = {
+    "fairshare": FairSharePolicy,
     "fifo": FifoPolicy,
     "gandiva": GandivaPolicy,
     "maxmin": MaxMinPolicy,

@@ -1,0 +1,157 @@
+"""Instantaneous fair share per app, preempting only to restore shares: a fair scheduler as sites run one.
+
+What it models: the fair-share schedulers of shared clusters, e.g. YARN's Fair Scheduler or Mesos with
+Dominant Resource Fairness (Ghodsi et al., NSDI 2011; with GPUs as the only resource DRF is max-min on GPU
+counts), or a Slurm partition with fair share and share-restoring preemption. Apps get equal GPU shares
+*now*, and GPUs are taken back only to bring an app up to its share; nothing is ever time-sliced, so when
+every share is below one gang (more apps than a gang's width allows) it behaves like FIFO with backfill.
+It is the "instantaneous fair share" baseline the Themis paper argues against (NSDI 2020, section 2).
+For max-min fairness of GPU *time* over rounds (Gavel's max_min_fairness), see :mod:`.maxmin`.
+
+Each app's fair share is computed by water-filling the managed GPUs (free + leased) over the apps'
+demands (the GPUs all their unfinished jobs would hold at once); shares are fractional. Apps are then
+served one job at a time, always the app with the smallest ``held / share`` next (its jobs by submit
+time): a job starts on free GPUs when it fits; otherwise, if the app is below its share, it may preempt
+jobs of apps above theirs.
+
+Simplifications and choices:
+
+* **Hysteresis, so it does not thrash**: app A may take a job's GPUs from app B only if afterwards A holds
+  at most its share and B at least its share (so B can never take them straight back), and only from jobs
+  that have run at least `min_run_s` (default 300 s; :meth:`next_wakeup` asks to be called when a
+  protected job becomes preemptible while an app is below its share). Victims: the most-over-share app
+  first, its most recently started job first; victims whose GPUs the placement does not use are kept.
+* **Work conservation** over strict shares: GPUs that no under-share app can use go to any app whose job
+  fits, even above its share (they are reclaimed later by preemption if needed).
+* Gang granularity: shares are fractional but jobs are whole gangs, so an app can sit below its share
+  when its next gang is larger than its deficit.
+* Elastic jobs are rigid gangs of their maximum size; grants never expire. Placement: tightest free.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping
+
+from themis_slurm.core.decision import Decision
+from themis_slurm.core.workload import Job
+from themis_slurm.policies.base import PolicyContext
+from themis_slurm.policies.common import INF, BaselineScratchpad
+
+_TOL = 1e-9
+
+
+def water_fill(capacity: float, demands: Mapping[str, float]) -> dict[str, float]:
+    """Max-min fair shares of `capacity` for the given demands (each app gets min(demand, level))."""
+    shares = dict.fromkeys(demands, 0.0)
+    left = float(capacity)
+    active = sorted((d, a) for a, d in demands.items() if d > 0)
+    while active and left > _TOL:
+        level = left / len(active)
+        d, a = active[0]
+        if d <= level:
+            shares[a] = d
+            left -= d
+            active.pop(0)
+        else:
+            for _, b in active:
+                shares[b] = level
+            left = 0.0
+            active = []
+    return shares
+
+
+class FairSharePolicy:
+    name = "fairshare"
+    #: re-shares: preempts running jobs of apps above their max-min share (see Policy)
+    grants_only_free_or_expired = False
+
+    def __init__(self, min_run_s: float = 300.0) -> None:
+        if min_run_s < 0:
+            raise ValueError(f"min_run_s must be >= 0, got {min_run_s}")
+        self.min_run_s = float(min_run_s)
+        self._wake: float | None = None
+
+    def schedule(self, ctx: PolicyContext) -> Decision:
+        pad = BaselineScratchpad(ctx.state, self.name)
+        now = pad.now
+        capacity = len(ctx.state.free) + sum(len(lease.gpus) for lease in ctx.state.leases)
+        demand = {a.id: float(sum(j.gpus for j in a.jobs)) for a in ctx.state.apps}
+        share = water_fill(capacity, demand)
+        held = {aid: float(n) for aid, n in pad.app_gpus().items()}
+        arrival = {a.id: (a.arrival, a.id) for a in ctx.state.apps}
+        queues: dict[str, deque[Job]] = {
+            a.id: deque(
+                sorted((j for j in a.jobs if j.id not in pad.running), key=lambda j: (j.submit, j.id))
+            )
+            for a in ctx.state.apps
+        }
+        failed_size: dict[str, int] = {}  # smallest gang an app failed to preempt for in this call
+        protected_until = INF
+
+        def ratio(aid: str) -> tuple:
+            return (held[aid] / share[aid] if share[aid] > 0 else math.inf, arrival[aid])
+
+        def placer(j: Job, p) -> frozenset[int] | None:
+            return pad.fit(j, pool=p)
+
+        order: list[Job] = []
+        live = {aid for aid, q in queues.items() if q}
+        while live:
+            aid = min(live, key=ratio)
+            job = queues[aid].popleft()
+            if not queues[aid]:
+                live.discard(aid)
+            order.append(job)
+            got = pad.fit(job)
+            under = held[aid] + job.gpus <= share[aid] + _TOL
+            if got is None and under and job.gpus < failed_size.get(aid, math.inf):
+                victims, blocked = self._victims(pad, job, share, held)
+                protected_until = min(protected_until, blocked)
+                before = set(pad.preempted)
+                got = pad.fit_with_preemption(
+                    job, victims, placer, f"above its fair share; GPUs go to app {aid}"
+                )
+                if got is None:
+                    failed_size[aid] = job.gpus
+                for jid in set(pad.preempted) - before:
+                    held[pad.jobs[jid].app_id] -= len(pad.running[jid].gpus)
+            if got is None:
+                pad.wait(job, f"does not fit (app holds {held[aid]:.0f} of its {share[aid]:.1f} GPU share)")
+                continue
+            pad.grant(job, got, source="maxmin")
+            held[aid] += len(got)
+        for a in ctx.state.apps:
+            pad.note(a.id, f"fair share {share[a.id]:.1f} GPU(s), holds {held[a.id]:.0f}")
+        self._wake = protected_until if math.isfinite(protected_until) and protected_until > now else None
+        return pad.decision(order)
+
+    def _victims(
+        self, pad: BaselineScratchpad, job: Job, share: Mapping[str, float], held: Mapping[str, float]
+    ) -> tuple[list[str], float]:
+        """Jobs `job`'s app may take GPUs from (first = first to go), and when the earliest protected
+        candidate stops being protected (inf if none). Per victim app, jobs are listed (most recently
+        started first) only while the app would stay at or above its share after losing all of them."""
+        per_app: dict[str, list[tuple[float, str]]] = {}
+        blocked = INF
+        for jid, lease in pad.holding().items():
+            victim = pad.jobs[jid]
+            if victim.app_id == job.app_id or not victim.preemptible:
+                continue
+            if pad.now - lease.start < self.min_run_s:
+                blocked = min(blocked, lease.start + self.min_run_s)
+                continue
+            per_app.setdefault(victim.app_id, []).append((-lease.start, jid))
+        out: list[tuple[tuple, str]] = []
+        for owner, jobs in per_app.items():
+            left = held[owner]
+            for neg_start, jid in sorted(jobs):
+                left -= len(pad.running[jid].gpus)
+                if left < share[owner] - _TOL:
+                    break
+                out.append(((-(held[owner] - share[owner]), owner, neg_start, jid), jid))
+        return [jid for _, jid in sorted(out)], blocked
+
+    def next_wakeup(self, now: float) -> float | None:
+        return self._wake if self._wake is not None and self._wake > now else None
