@@ -11,6 +11,7 @@ from __future__ import annotations
 from themis_slurm.policies.base import Policy, PolicyContext, ThemisPolicy
 from themis_slurm.policies.fairshare import FairSharePolicy
 from themis_slurm.policies.fifo import FifoPolicy
+from themis_slurm.policies.ftf import FtfPolicy
 from themis_slurm.policies.gandiva import GandivaPolicy
 from themis_slurm.policies.maxmin import MaxMinPolicy
 from themis_slurm.policies.optimus import OptimusPolicy
@@ -25,6 +26,7 @@ __all__ = [
     "POLICIES",
     "FairSharePolicy",
     "FifoPolicy",
+    "FtfPolicy",
     "GandivaPolicy",
     "MaxMinPolicy",
     "OptimusPolicy",

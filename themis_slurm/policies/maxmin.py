@@ -59,7 +59,7 @@ class MaxMinPolicy:
         pad = BaselineScratchpad(ctx.state, self.name)
         now = pad.now
         capacity = len(ctx.state.free) + sum(len(lease.gpus) for lease in ctx.state.leases)
-        x = time_fractions({a.id: list(a.jobs) for a in ctx.state.apps}, capacity)
+        x = self.fractions(ctx, capacity)
 
         def priority(j: Job) -> float:
             age = now - j.submit
@@ -88,12 +88,16 @@ class MaxMinPolicy:
         pad.set_expiry(expiry)
         for a in ctx.state.apps:
             share = sum(x[j.id] * j.gpus for j in a.jobs)
-            pad.note(a.id, f"max-min time share {share:.2f} GPU(s)")
+            pad.note(a.id, f"{self.name} time share {share:.2f} GPU(s)")
         for job in pad.jobs.values():
             if not pad.is_active(job.id):
                 pad.why_wait[job.id] = f"priority {prio[job.id]:.2f}: next round at t={self.epochs.after(now):.0f}"
         self._wake = expiry if oversubscribed else None
         return pad.decision(order, renew_expiry=expiry)
+
+    def fractions(self, ctx: PolicyContext, capacity: float) -> dict[str, float]:
+        """The policy: X_j per job (the round mechanism above realises them). Max-min shares here."""
+        return time_fractions({a.id: list(a.jobs) for a in ctx.state.apps}, capacity)
 
     def next_wakeup(self, now: float) -> float | None:
         return self._wake if self._wake is not None and self._wake > now else None

@@ -26,6 +26,7 @@ from themis_slurm.core.arbiter import ArbiterConfig
 from themis_slurm.policies.base import Policy, ThemisPolicy
 from themis_slurm.policies.fairshare import FairSharePolicy
 from themis_slurm.policies.fifo import FifoPolicy
+from themis_slurm.policies.ftf import FtfPolicy
 from themis_slurm.policies.gandiva import GandivaPolicy
 from themis_slurm.policies.maxmin import MaxMinPolicy
 from themis_slurm.policies.optimus import OptimusPolicy
@@ -37,6 +38,7 @@ from themis_slurm.policies.tiresias import TiresiasPolicy
 _BASELINES: dict[str, type] = {
     "fairshare": FairSharePolicy,
     "fifo": FifoPolicy,
+    "ftf": FtfPolicy,
     "gandiva": GandivaPolicy,
     "maxmin": MaxMinPolicy,
     "optimus": OptimusPolicy,

@@ -23,7 +23,7 @@ from .helpers import check, ctx, step
 
 PROFILES = ["vgg16", "alexnet", "resnet50", "high", "none"]
 # short quanta so boundaries occur in the runs
-OPTIONS = {"gandiva": {"quantum_s": 100.0}, "slaq": {"epoch_s": 100.0}, "maxmin": {"quantum_s": 100.0}, "fairshare": {"min_run_s": 50.0}}
+OPTIONS = {"gandiva": {"quantum_s": 100.0}, "slaq": {"epoch_s": 100.0}, "maxmin": {"quantum_s": 100.0}, "ftf": {"quantum_s": 100.0}, "fairshare": {"min_run_s": 50.0}}
 
 
 def random_state(rng: random.Random) -> ClusterState:
@@ -98,7 +98,7 @@ def test_work_conserving_policies_leave_no_fitting_job_waiting() -> None:
     rng = random.Random(7)
     for _ in range(150):
         s = random_state(rng)
-        for name in ("srtf", "gandiva", "optimus", "slaq", "maxmin", "fairshare"):
+        for name in ("srtf", "gandiva", "optimus", "slaq", "maxmin", "fairshare", "ftf"):
             d = make_policy(name, **OPTIONS.get(name, {})).schedule(ctx(s))
             idle = Pool(s.topology, d.idle_gpus)
             active = {g.job_id for g in d.grants} | (

@@ -9,7 +9,7 @@ import pytest
 from themis_slurm.core.arbiter import ArbiterConfig
 from themis_slurm.policies import NAMES, POLICIES, ThemisPolicy, make_policy, policy_options
 
-ALL = ["themis", "fairshare", "fifo", "gandiva", "maxmin", "optimus", "slaq", "slurm", "srtf", "tiresias"]
+ALL = ["themis", "fairshare", "fifo", "ftf", "gandiva", "maxmin", "optimus", "slaq", "slurm", "srtf", "tiresias"]
 
 
 def test_every_policy_is_registered_and_named() -> None:
@@ -76,4 +76,4 @@ def test_every_policy_declares_whether_it_only_grants_free_or_expired() -> None:
         assert isinstance(vars(cls).get("grants_only_free_or_expired"), bool), name
         passive[name] = cls.grants_only_free_or_expired
     assert passive == {"themis": True, "fifo": True, "optimus": True, "slurm": True, "gandiva": False,
-                       "maxmin": False, "fairshare": False, "slaq": False, "srtf": False, "tiresias": False}  # fmt: skip
+                       "maxmin": False, "fairshare": False, "ftf": False, "slaq": False, "srtf": False, "tiresias": False}  # fmt: skip
