@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import random
 
+from themis_slurm import reasons
 from themis_slurm.core.agent import Agent
+from themis_slurm.core.decision import AppRecord, Preemption, Renewal
 from themis_slurm.core.fairness import FairnessModel, job_throughput
 from themis_slurm.core.placement import Pool
 from themis_slurm.core.state import ClusterState
@@ -73,3 +75,13 @@ def agents_for(state: ClusterState, idle_throughput: float = 0.1) -> tuple[list[
         if waiting:
             agents.append(Agent(app, model, state.now, base, waiting))
     return agents, Pool(state.topology, state.free)
+
+
+def said(x: object) -> str:
+    """The sentence the edges (daemon log, `themis explain`) make from a record's typed fields."""
+    if isinstance(x, AppRecord):
+        return reasons.app_record(x, 0.8)
+    if isinstance(x, Renewal):
+        return reasons.renewal(x)
+    assert isinstance(x, Preemption)
+    return reasons.preemption_cause(x.cause)

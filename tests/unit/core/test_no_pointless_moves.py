@@ -11,29 +11,16 @@ import random
 
 import pytest
 
-from themis_slurm import reasons
 from themis_slurm.core.agent import Gang
 from themis_slurm.core.arbiter import ArbiterConfig, run_round
-from themis_slurm.core.decision import AppRecord, Preemption, Renewal
 from themis_slurm.core.keep_in_place import no_pointless_moves as _no_pointless_moves
 from themis_slurm.core.placement import get_profile, throughput
 from themis_slurm.core.state import ClusterState
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import App, Job, Lease
 
-from .instances import random_state
+from .instances import random_state, said
 from .test_arbiter import check_invariants
-
-
-def said(x: object) -> str:
-    """The sentence the edges (daemon log, `themis explain`) make from a record's typed fields."""
-    if isinstance(x, AppRecord):
-        return reasons.app_record(x, 0.8)
-    if isinstance(x, Renewal):
-        return reasons.renewal(x)
-    assert isinstance(x, Preemption)
-    return reasons.preemption_cause(x.cause)
-
 
 NODE1, NODE2 = frozenset(range(4)), frozenset(range(4, 8))
 

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from themis_slurm import reasons
 from themis_slurm.core.agent import Agent
 from themis_slurm.core.arbiter import ArbiterConfig, bidders_offered, run_round
 from themis_slurm.core.auction import greedy_fill, lottery
-from themis_slurm.core.decision import AppRecord, Preemption, Renewal
 from themis_slurm.core.fairness import FairnessModel
 from themis_slurm.core.payments import MIN_CUT
 from themis_slurm.core.placement import Pool
@@ -22,18 +20,8 @@ from themis_slurm.core.state import ClusterState
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import App, Job, Lease
 
+from .instances import said
 from .test_arbiter import check_invariants
-
-
-def said(x: object) -> str:
-    """The sentence the edges (daemon log, `themis explain`) make from a record's typed fields."""
-    if isinstance(x, AppRecord):
-        return reasons.app_record(x, 0.8)
-    if isinstance(x, Renewal):
-        return reasons.renewal(x)
-    assert isinstance(x, Preemption)
-    return reasons.preemption_cause(x.cause)
-
 
 ONE_NODE = Topology.uniform(1, 1, 4)  # 4 GPUs on one node
 
