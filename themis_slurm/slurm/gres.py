@@ -13,6 +13,7 @@ Shapes handled (22.05 and newer):
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from themis_slurm.slurm.ranges import fold_int_list, parse_int_list
@@ -51,6 +52,15 @@ class GpuRequest:
 
     count: int
     type: str | None = None
+
+
+def gpu_type(requests: Iterable[GpuRequest], held_types: Collection[str]) -> str | None:
+    """A job's GPU type: the first of its requests (in the caller's order of trust) that names one, else the
+    one type its allocated GPUs have (None when they have several or none)."""
+    for r in requests:
+        if r.type:
+            return r.type
+    return next(iter(held_types)) if len(held_types) == 1 else None
 
 
 def _count(text: str, whole: str) -> int:

@@ -15,7 +15,7 @@ from typing import Any
 
 from themis_slurm.slurm import hostlist
 from themis_slurm.slurm.errors import SlurmOutputError
-from themis_slurm.slurm.gres import gpu_indices, gpu_items, tres_gpus
+from themis_slurm.slurm.gres import gpu_indices, gpu_items, gpu_type, tres_gpus
 from themis_slurm.slurm.openapi import flag, number, text, time_epoch, words
 from themis_slurm.slurm.records import (
     JOB_ACTIVE_STATES,
@@ -119,8 +119,7 @@ def job_from_json(job: Mapping[str, Any], source: str = "squeue --json") -> Slur
         req=req_tres.count,
         held=indices,
     )
-    gtype = per_node_req.type or per_job_req.type or req_tres.type or (
-        held_types.pop() if len(held_types) == 1 else None)
+    gtype = gpu_type((per_node_req, per_job_req, req_tres), held_types)
     time_limit_min = number(job.get("time_limit"))
     return SlurmJob(
         job_id=job_id,

@@ -18,7 +18,7 @@ from datetime import datetime
 
 from themis_slurm.slurm import hostlist
 from themis_slurm.slurm.errors import SlurmOutputError
-from themis_slurm.slurm.gres import gpu_indices, gpu_items, tres_gpus
+from themis_slurm.slurm.gres import gpu_indices, gpu_items, gpu_type, tres_gpus
 from themis_slurm.slurm.records import (
     JOB_ACTIVE_STATES,
     NodeGpus,
@@ -197,8 +197,7 @@ def job_from_kv(pairs: list[tuple[str, str]]) -> SlurmJob:
             num_nodes=num_nodes,
             gpus_per_node=per,
             gpus_total=total,
-            gpu_type=per_node.type or per_job.type or tres.type or job_gres.type or (
-                held_types.pop() if len(held_types) == 1 else None),
+            gpu_type=gpu_type((per_node, per_job, tres, job_gres), held_types),
             node_list=node_list,
             nodes=nodes,
             required_nodes=tuple(hostlist.expand(_val(d, "ReqNodeList"))),
