@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from themis_slurm.core.fairness import FairnessModel
+from themis_slurm.core.job_facts import JobFactsCache
 from themis_slurm.core.placement import Pool, Profile, get_profile, throughput
 from themis_slurm.core.topology import Level
 from themis_slurm.core.workload import App, Job
@@ -82,28 +83,47 @@ class Agent:
         self.homes = home = dict(homes or {})
         # renewals first (keep running in place), then the longest remaining job first (LPT: the app's
         # finish time is its last job's, so the critical path starts first), then by submit time
-        self.jobs: tuple[Job, ...] = tuple(
-            sorted(jobs, key=lambda j: (j.id not in home, -j.remaining / j.gpus, j.submit, j.id))
-        )
-        groups: dict[tuple, list[Job]] = {}
-        profiles: dict[str, Profile] = {}
-        #: jobs placed by the pool's plain best fit (no shape, not elastic, no home): job id -> factors
-        self._plain: dict[str, tuple[float, float, float, float]] = {}
-        for j in self.jobs:
-            profiles[j.id] = profile = get_profile(j.profile)
-            if j.id in home:
-                groups.setdefault(("home", j.id), []).append(j)  # self.kind(j)
-                continue
-            groups.setdefault(j.kind, []).append(j)
-            if j.nodes is None and not j.elastic:
-                self._plain[j.id] = profile.factors
-        #: the jobs grouped by kind, kinds in bidding order: interchangeable jobs are placed once
-        self.kinds: tuple[tuple[Job, ...], ...] = tuple(tuple(g) for g in groups.values())
-        self._profiles = profiles
+        cache = model.job_facts
+        assert cache is not None
+        jobs = list(jobs)
+        hit = None if home else cache.orders.get(app.id)
+        if hit is not None and hit[0] == jobs:  # the same waiting jobs as last round: the same order and kinds
+            self.jobs, self.kinds, self._plain, self._profiles = hit[1]
+        else:
+            self._order(jobs, home, cache)
+            if not home:
+                cache.orders[app.id] = (jobs, (self.jobs, self.kinds, self._plain, self._profiles))
         self._tid, self._remaining, self._path = model.facts(app)
         self._elapsed = max(0.0, now - app.arrival)
         self._idle = model.idle_throughput
         self.rho_base = self.rho_of(0.0)
+
+    def _order(self, jobs: list[Job], home: Mapping[str, frozenset[int]], cache: JobFactsCache) -> None:
+        """Sort the jobs into bidding order and group them by kind (see __init__)."""
+        facts = cache.get
+        if home:
+            order = sorted(jobs, key=lambda j: (j.id not in home, *facts(j).order))
+        else:
+            order = sorted(jobs, key=lambda j: facts(j).order)
+        #: the app's waiting jobs in bidding order
+        self.jobs: tuple[Job, ...] = tuple(order)
+        groups: dict[tuple, list[Job]] = {}
+        profiles: dict[str, Profile] = {}
+        #: jobs placed by the pool's plain best fit (no shape, not elastic, no home): job id -> factors
+        plain: dict[str, tuple[float, float, float, float]] = {}
+        for j in order:
+            f = facts(j)
+            profiles[j.id] = profile = f.profile
+            if j.id in home:
+                groups.setdefault(("home", j.id), []).append(j)  # self.kind(j)
+                continue
+            groups.setdefault(f.kind, []).append(j)
+            if j.nodes is None and not j.elastic:
+                plain[j.id] = profile.factors
+        #: the jobs grouped by kind, kinds in bidding order: interchangeable jobs are placed once
+        self.kinds: tuple[tuple[Job, ...], ...] = tuple(tuple(g) for g in groups.values())
+        self._plain = plain
+        self._profiles = profiles
 
     def rho_of(self, extra_throughput: float) -> float:
         """rho if the app ran at base + extra throughput from now on (:func:`shared_finish` / T_id)."""

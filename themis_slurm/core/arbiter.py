@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from themis_slurm.core.bidding import bidders_offered, collect_pool, offer, rank_by_rho
 from themis_slurm.core.decision import Decision
+from themis_slurm.core.job_facts import JobFactsCache
 from themis_slurm.core.keep_in_place import keep_in_place
 from themis_slurm.core.leftover import hand_out_leftover
 from themis_slurm.core.payments import charge, keep_winnings
@@ -63,9 +64,14 @@ class ArbiterConfig:
             raise ValueError(f"solver must be one of {', '.join(SOLVERS)}, got {self.solver!r}")
 
 
-def run_round(state: ClusterState, config: ArbiterConfig | None = None) -> Decision:
-    """Run one Themis round: the phases of the module docstring, in order."""
-    rs = RoundState.start(state, config or ArbiterConfig())
+def run_round(state: ClusterState, config: ArbiterConfig | None = None, cache: JobFactsCache | None = None) -> Decision:
+    """Run one Themis round: the phases of the module docstring, in order.
+
+    A caller that runs round after round may keep one `cache` (core/job_facts.py) and pass it each time:
+    the per-job numbers of jobs it passes again (the same objects) are then not recomputed. The Decision
+    is the same with or without it.
+    """
+    rs = RoundState.start(state, config or ArbiterConfig(), cache)
     collect_pool(rs)
     rank_by_rho(rs)
     offer(rs)

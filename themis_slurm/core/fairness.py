@@ -28,11 +28,12 @@ Choices (docs/design.md, "Finish-time fairness", has the reasons):
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from themis_slurm.core.job_facts import JobFactsCache
 from themis_slurm.core.placement import get_profile
 from themis_slurm.core.topology import Level, Topology
-from themis_slurm.core.workload import App, Job, job_path
+from themis_slurm.core.workload import App, Job
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,27 +66,30 @@ class ContentionClock:
 
 @dataclass(frozen=True)
 class FairnessModel:
-    """Computes T_id, T_sh and rho for apps on one cluster."""
+    """Computes T_id, T_sh and rho for apps on one cluster.
+
+    `job_facts` holds the per-job numbers (core/job_facts.py); a caller that keeps one cache across rounds
+    passes it here (RoundState.start does), anyone else gets a fresh one.
+    """
 
     topology: Topology
     cluster_gpus: int
     idle_throughput: float = 0.1
+    job_facts: JobFactsCache | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.cluster_gpus < 1:
             raise ValueError(f"cluster_gpus must be >= 1, got {self.cluster_gpus}")
         if not self.idle_throughput > 0:
             raise ValueError(f"idle_throughput must be > 0, got {self.idle_throughput}")
-        object.__setattr__(self, "_factors", {})  # (shape, profile) -> best factor: jobs repeat shapes
+        if self.job_facts is None:
+            cache = JobFactsCache()
+            cache.use(self.topology, 0)
+            object.__setattr__(self, "job_facts", cache)
         object.__setattr__(self, "_facts", {})  # id(app) -> (app, facts(app))
 
     def best_factor(self, job: Job) -> float:
-        key = (job.gpus, job.gpus_per_node, job.nodes, job.profile)
-        cached = self._factors.get(key)  # type: ignore[attr-defined]
-        if cached is None:
-            level = self.topology.best_level(job.gpus, job.gpus_per_node, job.nodes)
-            cached = self._factors[key] = get_profile(job.profile).factor(level)  # type: ignore[attr-defined]
-        return cached
+        return self.job_facts.best_factor(job)  # type: ignore[union-attr]
 
     def t_id(self, app: App) -> float:
         """Finish time on a private 1/N share, from arrival (seconds): the fluid time, floored by the
@@ -94,34 +98,41 @@ class FairnessModel:
 
     def facts(self, app: App) -> tuple[float, float, float]:
         """(T_id, remaining work, remaining path) of `app`, computed once per app and model (a round asks
-        for each app's rho and builds its agent from the same numbers)."""
+        for each app's rho and builds its agent from the same numbers), in one pass over its jobs.
+
+        T_id is ``max(total_work / (share x factor), path)`` (module docstring) with factor the
+        work-weighted best placement factor of its jobs and path the latest any of its jobs (or a finished
+        one) could end on a private cluster (:func:`~themis_slurm.core.workload.job_path`).
+        """
         hit = self._facts.get(id(app))  # type: ignore[attr-defined]
         if hit is not None and hit[0] is app:  # the app is kept in the entry, so its id is not reused
             return hit[1]
-        jobs = app.jobs
-        rem = [j.remaining for j in jobs]  # App.remaining_work and .remaining_path, from one pass
-        path = max([r / j.gpus for r, j in zip(rem, jobs, strict=True)], default=0.0)
-        facts = (self._t_id(app), sum(rem), path)
+        get = self.job_facts.get  # type: ignore[union-attr]
+        arrival = app.arrival
+        remaining = rem_path = work = work_factor = 0.0
+        gpus = 0
+        t_path = app.finished_path
+        for j in app.jobs:
+            f = get(j)
+            remaining += f.remaining
+            if f.rem_per_gpu > rem_path:
+                rem_path = f.rem_per_gpu
+            work += j.work
+            work_factor += f.work_factor
+            gpus += j.gpus
+            end = (j.submit - arrival if j.submit > arrival else 0.0) + f.run_s
+            if end > t_path:
+                t_path = end
+        total = app.finished_work + work
+        if total <= 0:
+            t_id = 0.0
+        else:
+            share = min(float(max(app.peak_gpus, gpus)), self.cluster_gpus / max(1.0, app.contention))
+            factor = work_factor / work if app.jobs else 1.0
+            t_id = max(total / (max(share, 1e-9) * factor), t_path)
+        facts = (t_id, remaining, rem_path)
         self._facts[id(app)] = (app, facts)  # type: ignore[attr-defined]
         return facts
-
-    def _t_id(self, app: App) -> float:
-        work = app.total_work
-        if work <= 0:
-            return 0.0
-        share = min(float(app.max_parallelism), self.cluster_gpus / max(1.0, app.contention))
-        path = app.finished_path
-        jobs = app.jobs
-        if jobs:
-            best = self.best_factor
-            factors = [best(j) for j in jobs]
-            wsum = sum([j.work for j in jobs])
-            factor = sum([j.work * f for j, f in zip(jobs, factors, strict=True)]) / wsum
-            arrival = app.arrival
-            path = max(path, max([job_path(j, arrival, f) for j, f in zip(jobs, factors, strict=True)]))
-        else:
-            factor = 1.0
-        return max(work / (max(share, 1e-9) * factor), path)
 
     def t_sh(self, app: App, now: float, throughput: float) -> float:
         """Estimated finish time in the shared cluster under an allocation of `throughput`."""

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from themis_slurm.core.decision import Renewal, ReservationNote
 from themis_slurm.core.fairness import FairnessModel
+from themis_slurm.core.job_facts import JobFactsCache
 from themis_slurm.core.placement import Pool
 from themis_slurm.core.state import ClusterState, check_state
 from themis_slurm.core.workload import Job, Lease
@@ -63,12 +64,17 @@ class RoundState:
     source: dict[str, str] = field(default_factory=dict)                 # job -> auction|leftover|reservation
 
     @classmethod
-    def start(cls, state: ClusterState, cfg: ArbiterConfig) -> RoundState:
-        """Checks the input (no GPU claimed twice, job ids unique) and sets the round's constants."""
+    def start(cls, state: ClusterState, cfg: ArbiterConfig, cache: JobFactsCache | None = None) -> RoundState:
+        """Checks the input (no GPU claimed twice, job ids unique) and sets the round's constants.
+
+        `cache` carries per-job numbers over from earlier rounds (core/job_facts.py); None starts afresh.
+        """
         jobs = check_state(state)
         topo = state.topology
+        cache = cache if cache is not None else JobFactsCache()
+        cache.use(topo, len(jobs))
         return cls(state=state, cfg=cfg, jobs=jobs,
-                   model=FairnessModel(topo, state.cluster_gpus or topo.size, cfg.idle_throughput),
+                   model=FairnessModel(topo, state.cluster_gpus or topo.size, cfg.idle_throughput, cache),
                    expiry=state.now + cfg.lease_s,
                    restart_discount=min(MAX_RESTART_DISCOUNT, cfg.restart_cost_s / cfg.lease_s))
 

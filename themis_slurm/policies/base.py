@@ -18,6 +18,7 @@ from typing import Protocol
 
 from themis_slurm.core.arbiter import ArbiterConfig, run_round
 from themis_slurm.core.decision import Decision
+from themis_slurm.core.job_facts import JobFactsCache
 from themis_slurm.core.state import ClusterState
 
 
@@ -65,9 +66,10 @@ class ThemisPolicy:
 
     def __init__(self, config: ArbiterConfig | None = None) -> None:
         self.config = config or ArbiterConfig()
+        self._cache = JobFactsCache()  # per-job numbers kept across rounds (same decisions, less work)
 
     def schedule(self, ctx: PolicyContext) -> Decision:
-        return run_round(ctx.state, self.config)
+        return run_round(ctx.state, self.config, self._cache)
 
     def next_wakeup(self, now: float) -> float | None:
         return None  # leases carry their own expiry

@@ -1,0 +1,79 @@
+"""Per-job numbers a round reads again and again, computed once per Job object.
+
+A round reads each job's remaining work, best placement factor, critical path and kind several times
+(ranking by rho, T_id, the agent's bidding order and its job kinds). Jobs are immutable, so all of these
+are pure functions of the Job object (and the topology, for the factor). :class:`JobFactsCache` keeps them
+per object: for one round, or across rounds when the caller keeps the cache and passes it to every
+``run_round`` (the simulator's waiting jobs are the same objects round after round, so most of a round's
+per-job work is then a dictionary lookup). It only ever returns what recomputing would, so decisions do
+not depend on whether a cache is kept (tests/unit/core/test_job_facts.py checks that).
+"""
+
+from __future__ import annotations
+
+from themis_slurm.core.placement import Profile, get_profile
+from themis_slurm.core.topology import Topology
+from themis_slurm.core.workload import Job
+
+#: Entries of jobs that left are dropped when the cache holds more than this many times the jobs of the
+#: current round (plus a constant), so a long-running caller keeps memory bounded.
+_PRUNE_FACTOR = 4
+_PRUNE_SLACK = 1024
+
+
+class JobFacts:
+    """What the round needs of one job; see the module docstring."""
+
+    __slots__ = ("job", "remaining", "rem_per_gpu", "factor", "work_factor", "run_s", "kind", "profile",
+                 "order")  # fmt: skip
+
+    def __init__(self, job: Job, factor: float) -> None:
+        self.job = job  # kept so that its id is not reused while the entry lives
+        self.remaining = remaining = job.remaining
+        self.rem_per_gpu = rem_per_gpu = remaining / job.gpus
+        self.factor = factor  # best placement factor the hardware allows for the job's shape
+        self.work_factor = job.work * factor
+        self.run_s = job.work / (job.gpus * factor)  # its run time on its own gang at that placement
+        self.kind = job.kind
+        self.profile: Profile = get_profile(job.profile)
+        #: the agent's bidding order after lease holders: longest remaining run first, then submit, then id
+        self.order = (-rem_per_gpu, job.submit, job.id)
+
+
+class JobFactsCache:
+    """:class:`JobFacts` per Job object, for one topology (another topology starts the cache afresh)."""
+
+    def __init__(self) -> None:
+        self._topology: Topology | None = None
+        self._facts: dict[int, JobFacts] = {}
+        self._factors: dict[tuple, float] = {}  # (gpus, gpus_per_node, nodes, profile) -> best factor
+        #: app id -> (the waiting jobs as passed, what the agent derived from them: see Agent.__init__)
+        self.orders: dict[str, tuple[list[Job], tuple]] = {}
+
+    def use(self, topology: Topology, n_jobs: int) -> None:
+        """Start a round on `topology` with `n_jobs` jobs: resets on a new topology, prunes when large."""
+        if topology is not self._topology:
+            self._topology = topology
+            self._facts = {}
+            self._factors = {}
+            self.orders = {}
+        elif len(self._facts) > _PRUNE_FACTOR * n_jobs + _PRUNE_SLACK:
+            self._facts = {}
+            self.orders = {}
+
+    def best_factor(self, job: Job) -> float:
+        """The placement factor of the tightest level the hardware allows for the job's shape."""
+        key = (job.gpus, job.gpus_per_node, job.nodes, job.profile)
+        cached = self._factors.get(key)
+        if cached is None:
+            assert self._topology is not None, "call use(topology, n) first"
+            level = self._topology.best_level(job.gpus, job.gpus_per_node, job.nodes)
+            cached = self._factors[key] = get_profile(job.profile).factor(level)
+        return cached
+
+    def get(self, job: Job) -> JobFacts:
+        hit = self._facts.get(id(job))
+        if hit is not None and hit.job is job:
+            return hit
+        facts = self._facts[id(job)] = JobFacts(job, self.best_factor(job))
+        return facts
