@@ -9,6 +9,10 @@ samples the cluster every second and asserts that no GPU is held by two running 
 Test 3 (`test_slurm_faults_keep_state_consistent`) also restarts slurmctld (`cluster.sh restart-ctld`, same
 state) and sets a node DOWN for a few seconds; it checks the daemon's Store after each fault.
 
+themisd runs as the account `themis`, a Slurm Operator (cluster.sh registers it with slurmdbd) listed in
+job_submit.lua's `operators`, as docs/admin-guide.md tells admins to run it; only on a cluster without
+accounting (`cluster.sh up --no-accounting`) does it run as root, with a warning saying why (`RunAs`).
+
 Caveat: themisd manages every held GPU job of the `gpu` partition, so do not run other Slurm tests that
 expect their jobs to stay held at the same time (tests/run.sh runs the suite serially).
 """
@@ -18,17 +22,22 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
+import pwd
+import shutil
 import signal
 import socket
 import sqlite3
 import subprocess
 import sys
+import sysconfig
+import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from themisd_guard import running_themisd  # tests/slurm is on sys.path under pytest
@@ -48,6 +57,87 @@ THEMISD = [sys.executable, "-m", "themis_slurm.daemon.main"]
 LEASE_S = 20.0
 ALICE = "themis-alice"  # test users created by slurm_conf/cluster.sh
 BOB = "themis-bob"
+OPERATOR = "themis"  # cluster.sh: Slurm AdminLevel=Operator (with accounting) and in job_submit.lua's operators
+
+
+@dataclass(frozen=True)
+class RunAs:
+    """Who themisd runs as: the Operator account `themis`, as docs/admin-guide.md tells admins, where the
+    cluster has accounting (cluster.sh's default); root otherwise, with the reason in ``why_root``."""
+
+    user: str | None
+    python: str
+    pythonpath: str
+    why_root: str = ""
+
+    def argv(self, *args: str) -> list[str]:
+        return [self.python, "-m", "themis_slurm.daemon.main", *args]
+
+    def popen(self) -> dict[str, Any]:
+        """subprocess keyword arguments that drop to the account (setuid in the child: no runuser in between,
+        so a SIGKILL reaches the daemon itself)."""
+        if self.user is None:
+            return {}
+        pw = pwd.getpwnam(self.user)
+        return {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
+
+    def own(self, folder: Path) -> None:
+        """Give the daemon's folder (config, state, its job_submit config copy) to the account."""
+        if self.user is None:
+            return
+        pw = pwd.getpwnam(self.user)
+        for p in [folder, *folder.rglob("*")]:
+            os.chown(p, pw.pw_uid, pw.pw_gid, follow_symlinks=False)
+
+
+_RUN_AS: dict[str, RunAs] = {}
+
+
+def run_as(cluster: Cluster) -> RunAs:
+    """The Operator account when the cluster makes it one and it can run this checkout's Python, else root."""
+    key = str(cluster.dir)
+    if key in _RUN_AS:
+        return _RUN_AS[key]
+    root = RunAs(None, sys.executable, str(REPO))
+    shape = dict(item.split("=", 1) for item in (cluster.dir / "shape").read_text().split())
+    level = cluster.run(["sacctmgr", "-n", "-P", "list", "user", OPERATOR, "format=adminlevel"])
+    if shape.get("acct") != "1":
+        found = replace(root, why_root="the cluster has no accounting (cluster.sh up --no-accounting)")
+    elif level.stdout.strip() != "Operator":
+        found = replace(root, why_root=f"sacctmgr does not list {OPERATOR} as an Operator: {level.stdout.strip()!r}")
+    else:
+        found = replace(root, why_root=f"no Python that {OPERATOR} may run has this checkout's packages")
+        # The venv's interpreter may live where the account cannot go (a pyenv under /root); the system
+        # Python of the same version reads the same site-packages.
+        site = sysconfig.get_paths()["purelib"]
+        same = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+        for python, path in ((sys.executable, str(REPO)), (same, f"{REPO}:{site}")):
+            cand = RunAs(OPERATOR, python, path)
+            try:
+                ok = subprocess.run([python, "-c", "import themis_slurm.daemon.main"], env={**cluster.env, "PYTHONPATH": path},
+                                    cwd="/", capture_output=True, timeout=60, check=False, **cand.popen()).returncode == 0  # fmt: skip
+            except OSError:
+                ok = False
+            if ok:
+                found = cand
+                break
+    if found.user is None:
+        warnings.warn(f"themisd runs as root in these tests: {found.why_root}", stacklevel=1)
+    _RUN_AS[key] = found
+    return found
+
+
+@pytest.fixture
+def daemon_dir(tmp_path: Path, cluster: Cluster) -> Iterator[Path]:
+    """A folder for themisd's config and state that its account can reach (pytest's tmp_path is root-only)."""
+    if run_as(cluster).user is None:
+        yield tmp_path
+        return
+    folder = Path(tempfile.mkdtemp(prefix="themisd-e2e-", dir=cluster.dir / "tmp"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def write_config(tmp: Path, cluster: Cluster, mode: str = "enforce", backend: str = "cli", **extra: str) -> Path:
@@ -71,13 +161,15 @@ class Themisd:
     config: Path
     env: dict[str, str]
     log: Path
+    who: RunAs
     proc: subprocess.Popen | None = None
     kills: int = 0
 
     def start(self) -> None:
+        self.who.own(self.config.parent)  # again at every start: root's sqlite reads may leave root's files
         with open(self.log, "a") as out:
-            self.proc = subprocess.Popen([*THEMISD, "run", "--config", str(self.config)], env=self.env,
-                                         stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+            self.proc = subprocess.Popen(self.who.argv("run", "--config", str(self.config)), env=self.env,
+                                         stdout=out, stderr=subprocess.STDOUT, cwd=REPO, **self.who.popen())
 
     def kill9(self) -> None:
         assert self.proc is not None
@@ -98,10 +190,16 @@ class Themisd:
         return sqlite3.connect(self.config.parent / "state" / "themis.db")
 
 
+def make_themisd(folder: Path, cluster: Cluster, log: str = "themisd.log", **config: Any) -> Themisd:
+    """A Themisd in `folder`, run as the Operator account where there is one (see `run_as`)."""
+    who = run_as(cluster)
+    return Themisd(write_config(folder, cluster, **config), dict(cluster.env, PYTHONPATH=who.pythonpath),
+                   folder / log, who)  # fmt: skip
+
+
 @pytest.fixture
-def themisd(tmp_path: Path, cluster: Cluster):
-    env = dict(cluster.env, PYTHONPATH=str(REPO))
-    d = Themisd(write_config(tmp_path, cluster), env, tmp_path / "themisd.log")
+def themisd(daemon_dir: Path, cluster: Cluster):
+    d = make_themisd(daemon_dir, cluster)
     yield d
     d.stop()
 
@@ -217,14 +315,13 @@ def test_contention_three_apps(cluster: Cluster, themisd: Themisd) -> None:
     assert " grant app=" in log and "Traceback" not in log
 
 
-def test_contention_and_crashes_with_the_pyslurm_backend(cluster: Cluster, tmp_path: Path) -> None:
+def test_contention_and_crashes_with_the_pyslurm_backend(cluster: Cluster, daemon_dir: Path) -> None:
     """Grants, renewals, preemption (SIGUSR1 + requeuehold) and two SIGKILL restarts, through pyslurm."""
     if cluster.slurm != "25.11":
         pytest.skip(f"pyslurm 25.11 needs Slurm 25.11; this cluster is {cluster.slurm}")
     if importlib.util.find_spec("pyslurm") is None:  # find, never import: pyslurm reads slurm.conf
         pytest.skip("pyslurm is not installed (pip install .[pyslurm])")
-    env = dict(cluster.env, PYTHONPATH=str(REPO))
-    d = Themisd(write_config(tmp_path, cluster, backend="pyslurm"), env, tmp_path / "themisd.log")
+    d = make_themisd(daemon_dir, cluster, backend="pyslurm")
     try:
         w = run_contention(cluster, d, kills=2)
         check_contention(cluster, d, w)
@@ -241,10 +338,9 @@ def test_crashes_with_sigkill(cluster: Cluster, themisd: Themisd) -> None:
     assert "Traceback" not in themisd.log.read_text()
 
 
-def test_observe_changes_nothing_and_handback_releases(cluster: Cluster, tmp_path: Path) -> None:
-    env = dict(cluster.env, PYTHONPATH=str(REPO))
-    cfg = write_config(tmp_path, cluster, mode="observe")
-    d = Themisd(cfg, env, tmp_path / "observe.log")
+def test_observe_changes_nothing_and_handback_releases(cluster: Cluster, daemon_dir: Path) -> None:
+    d = make_themisd(daemon_dir, cluster, log="observe.log", mode="observe")
+    cfg = d.config
     jobs = [submit(cluster, ALICE, "gpu:2", "themis:app=obs,est=20s", 3) for _ in range(3)]
     before = {j: (cluster.job(j)["job_state"], cluster.job(j)["state_reason"]) for j in jobs}
     d.start()
@@ -254,11 +350,12 @@ def test_observe_changes_nothing_and_handback_releases(cluster: Cluster, tmp_pat
     assert before == after and all(s == ("PENDING", "JobHeldUser") for s in after.values())
     assert d.db().execute("SELECT COUNT(*) FROM rounds WHERE mode = 'observe'").fetchone()[0] >= 1
     assert "would grant" in d.log.read_text()
-    res = subprocess.run([*THEMISD, "handback", "--config", str(cfg)], env=env, cwd=REPO, capture_output=True,
-                         text=True, timeout=60, check=False)
+    d.who.own(daemon_dir)
+    res = subprocess.run(d.who.argv("handback", "--config", str(cfg)), env=d.env, cwd=REPO, capture_output=True,
+                         text=True, timeout=60, check=False, **d.who.popen())  # fmt: skip
     assert res.returncode == 0, res.stderr
     assert "released 3 job(s)" in res.stdout
-    assert 'mode = "off"' in (tmp_path / "themis_job_submit.conf.lua").read_text()
+    assert 'mode = "off"' in (daemon_dir / "themis_job_submit.conf.lua").read_text()
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and done_jobs_of(cluster, jobs) != set(jobs):
         time.sleep(1)

@@ -27,11 +27,13 @@ from themis_slurm.policies import NAMES
 from themis_slurm.sim import report
 from themis_slurm.sim.engine import InvalidDecision, SimConfig, SimulationStalled
 from themis_slurm.sim.estimate_error import EstimateError
+from themis_slurm.sim.loaders.sacct import GROUP_BY as SACCT_GROUP_BY
+from themis_slurm.sim.metrics import ACTUAL, actual_metrics
 from themis_slurm.sim.runner import SweepRun, WorkloadSpec, run_policies
 from themis_slurm.sim.trace import TraceError
 
 SWEEPABLE = ("fairness-knob", "lease", "contention", "sensitive-fraction")
-GROUP_BY = {"chronus": ("job", "user", "user+model"), "gavel": ("job", "job_type")}
+GROUP_BY = {"chronus": ("job", "user", "user+model"), "gavel": ("job", "job_type"), "sacct": SACCT_GROUP_BY}
 _ARB, _SIM, _SPEC = ArbiterConfig(), SimConfig(), WorkloadSpec()  # where the defaults below come from
 
 
@@ -97,8 +99,10 @@ class _Progress:
 
 @click.command("simulate")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), help="Trace file (needs --format).")
-@click.option("--format", "fmt", type=click.Choice(["hyperdrive", "chronus", "gavel"]), help="Trace format.")
-@click.option("--group-by", help="What makes an app: chronus job|user|user+model, gavel job|job_type.")
+@click.option("--format", "fmt", type=click.Choice(["hyperdrive", "chronus", "gavel", "sacct"]),
+              help="Trace format (sacct: a site's own `sacct --json` or `sacct -P` export, see docs/user-guide.md).")
+@click.option("--group-by", help="What makes an app: chronus job|user|user+model, gavel job|job_type, "
+                                 "sacct themis|array|user|job.")
 @click.option("--time-unit", type=float, help="Seconds per time unit of a chronus trace (default 1).")
 @click.option("--throughputs", type=click.Path(dir_okay=False),
               help="gavel: Gavel's simulation_throughputs.json, for exact run times per (job type, GPUs); "
@@ -171,11 +175,15 @@ def _run(spec: WorkloadSpec, topo: Topology, names: list[str], knobs: ArbiterCon
     except (ValueError, OSError) as exc:
         raise click.UsageError(f"cannot build the workload: {exc}") from None
     try:
-        return run_policies(trace, topo, names, knobs, cfg, bar)
+        metrics = run_policies(trace, topo, names, knobs, cfg, bar)
     except ValueError as exc:
         if isinstance(exc, InvalidDecision):
             raise
         raise click.UsageError(str(exc)) from None
+    actual = actual_metrics(trace, topo, cfg.default_profile)  # a replayed Slurm history: what really happened
+    if actual is not None:
+        metrics[ACTUAL] = actual
+    return metrics
 
 
 def _apply(param: str, value: float, spec: WorkloadSpec, knobs: ArbiterConfig) -> tuple[WorkloadSpec, ArbiterConfig]:
@@ -214,7 +222,7 @@ def _options(o: dict[str, Any]):
                             apps=o["apps"], seed=o["seed"], max_jobs=o["max_jobs"])  # fmt: skip
     else:
         if fmt is None:
-            raise _bad("--format", "is required with --trace (hyperdrive, chronus or gavel)")
+            raise _bad("--format", "is required with --trace (hyperdrive, chronus, gavel or sacct)")
         if not Path(path).is_file():
             raise _bad("--trace", f"{path!r}: no such file")
         if o["contention"] != _SPEC.contention or o["apps"] is not None:

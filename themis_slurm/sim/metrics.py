@@ -26,8 +26,10 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from themis_slurm.core.fairness import FairnessModel
+from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import App, Job, job_path
-from themis_slurm.sim.engine import SimResult
+from themis_slurm.sim.engine import SimConfig, SimResult
+from themis_slurm.sim.trace import Trace, TraceJob
 
 #: The keys of the --json summary, in order.
 SUMMARY_KEYS: tuple[str, ...] = (
@@ -150,3 +152,107 @@ def compute(result: SimResult) -> Metrics:
         wall_s=result.wall_s,
     )
     return Metrics(result.policy, summary, tuple(apps), result.util_times, result.util_busy, topo.size)
+
+
+#: The name the report gives the row of what Slurm really did (a replayed ``--format sacct`` history).
+ACTUAL = "slurm (actual)"
+#: Summary fields the record of a real cluster cannot give (NaN in that row): Slurm's own preemptions and
+#: requeues are not in the export, and events, policy calls and wall time belong to a simulation.
+ACTUAL_UNKNOWN: frozenset[str] = frozenset({"preemptions", "events", "policy_calls", "wall_s"})
+
+
+def actual_metrics(trace: Trace, topology: Topology, default_profile: str | None = None) -> Metrics | None:
+    """The metrics of what really happened, from a trace that recorded each job's actual start and end.
+
+    Same definitions as :func:`compute`, applied to Slurm's own times: a job is present from its arrival
+    (submit) to its actual end; N(t) counts the apps with present jobs, an app's contention is the time
+    average of max(1, N) over [first arrival, last end] and ``peak_gpus`` its peak concurrent demand; T_id
+    uses :func:`app_t_id` on the cluster ``topology`` (the simulated one: describe the real cluster with
+    it), with each job's work = its GPUs x its actual run time, as the simulator takes it. GPU time is
+    what the jobs held (GPUs x run time); utilization is that over GPUs x makespan. The fields in
+    ACTUAL_UNKNOWN are NaN. None when not every job has actual times.
+    """
+    jobs = trace.jobs
+    if not jobs or not all(j.has_actual for j in jobs):
+        return None
+    profile = default_profile or SimConfig().default_profile
+    end = {j.job_id: float(j.actual_end_s) for j in jobs}  # type: ignore[arg-type]
+    start = {j.job_id: float(j.actual_start_s) for j in jobs}  # type: ignore[arg-type]
+    by_app: dict[str, list[TraceJob]] = {}
+    for j in jobs:
+        by_app.setdefault(j.app_id, []).append(j)
+    arrival = {a: min(j.arrival_s for j in js) for a, js in by_app.items()}
+    finish = {a: max(end[j.job_id] for j in js) for a, js in by_app.items()}
+    # N(t): +1 when an app gets its first present job, -1 when its last present job ends.
+    edges: list[tuple[float, int, str, int]] = []  # (time, order: ends before arrivals, app, gpus delta)
+    for j in jobs:
+        edges.append((j.arrival_s, 1, j.app_id, j.gpus))
+        edges.append((end[j.job_id], 0, j.app_id, -j.gpus))
+    edges.sort(key=lambda e: (e[0], e[1]))
+    demand: dict[str, int] = dict.fromkeys(by_app, 0)
+    present: dict[str, int] = dict.fromkeys(by_app, 0)
+    peak: dict[str, int] = dict.fromkeys(by_app, 0)
+    times, cint = [], []  # integral of max(1, N) dt up to each edge time
+    now, total, n_active = edges[0][0], 0.0, 0
+    for t, _, app, delta in edges:
+        total += (t - now) * max(1, n_active)
+        now = t
+        was = present[app] > 0
+        present[app] += 1 if delta > 0 else -1
+        demand[app] += delta
+        peak[app] = max(peak[app], demand[app])
+        n_active += (present[app] > 0) - was
+        times.append(t)
+        cint.append(total)
+    t_arr, c_arr = np.asarray(times), np.asarray(cint)
+
+    def integral(t: float) -> float:
+        return float(np.interp(t, t_arr, c_arr))
+
+    model = FairnessModel(topology, topology.size)
+    apps: list[AppMetrics] = []
+    for a, js in by_app.items():
+        t0, t1 = arrival[a], finish[a]
+        contention = max(1.0, (integral(t1) - integral(t0)) / (t1 - t0)) if t1 > t0 else 1.0
+        work = [Job(j.job_id, a, j.gpus, j.gpus * j.duration_s, profile=j.model or profile, submit=j.arrival_s)
+                for j in js]  # fmt: skip
+        t_id = app_t_id(model, a, js[0].user, t0, contention, peak[a], work)
+        t_sh = t1 - t0
+        apps.append(AppMetrics(a, js[0].user, t0, t1, t_sh, t_id, t_sh / t_id if t_id > 0 else 1.0, contention,
+                               peak[a], math.fsum(w.work for w in work), len(js)))  # fmt: skip
+    rhos = np.array([x.rho for x in apps])
+    busy = math.fsum(j.gpus * (end[j.job_id] - start[j.job_id]) for j in jobs)
+    first = min(j.arrival_s for j in jobs)
+    makespan = max(end.values()) - first
+    # busy GPUs over time, as SimResult.util_times/util_busy: the count after each change
+    steps: dict[float, int] = {}
+    for j in jobs:
+        steps[start[j.job_id]] = steps.get(start[j.job_id], 0) + j.gpus
+        steps[end[j.job_id]] = steps.get(end[j.job_id], 0) - j.gpus
+    util_times, util_busy, level = [], [], 0
+    for t in sorted(steps):
+        level += steps[t]
+        util_times.append(t)
+        util_busy.append(level)
+    nan = math.nan
+    summary = Summary(
+        max_rho=float(rhos.max()),
+        median_rho=float(np.median(rhos)),
+        p95_rho=float(np.percentile(rhos, 95)),
+        jain=jain_index(1.0 / rhos),
+        frac_rho_le_1=float(np.mean(rhos <= 1.0 + 1e-9)),
+        gpu_hours=busy / 3600.0,
+        makespan_s=makespan,
+        mean_app_completion_s=float(np.mean([x.t_sh for x in apps])),
+        mean_jct_s=float(np.mean([end[j.job_id] - j.arrival_s for j in jobs])),
+        preemptions=nan,  # type: ignore[arg-type]
+        utilization=busy / (topology.size * makespan) if makespan > 0 else 0.0,
+        jain_rho=jain_index(rhos),
+        ideal_gpu_hours=math.fsum(j.gpu_seconds for j in jobs) / 3600.0,
+        n_apps=len(apps),
+        n_jobs=len(jobs),
+        events=nan,  # type: ignore[arg-type]
+        policy_calls=nan,  # type: ignore[arg-type]
+        wall_s=nan,
+    )
+    return Metrics(ACTUAL, summary, tuple(apps), tuple(util_times), tuple(util_busy), topology.size)

@@ -3,6 +3,9 @@
 ``--json`` prints ``{"policies": {name: {max_rho, median_rho, p95_rho, jain, frac_rho_le_1, gpu_hours,
 makespan_s, mean_app_completion_s, mean_jct_s, preemptions, utilization}}}``; a sweep prints
 ``{"sweep": {"param": name, "runs": [{"value": v, "policies": {...}}, ...]}}``.
+A replayed Slurm history (``--format sacct``) adds a row ``slurm (actual)``: the same metrics computed from
+Slurm's own start and end times (:func:`~themis_slurm.sim.metrics.actual_metrics`); what the record cannot
+give (preemptions, events, policy calls, wall time) is ``-`` in the table and null in JSON.
 ``--out DIR`` writes summary.csv / summary.json (every summary metric per policy, and per sweep value),
 apps_<policy>.csv (every app's T_sh, T_id, rho, contention...), and PNGs: rho_cdf.png, utilization.png,
 and for sweeps sweep_<metric>.png (plus the per-value files under value_<v>/).
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, fields
@@ -41,8 +45,13 @@ _COLUMNS: tuple[tuple[str, str, str], ...] = (
 _HOURS = {"makespan_s", "mean_app_completion_s", "mean_jct_s"}
 
 
+def _known(d: Mapping[str, Any]) -> dict[str, Any]:
+    """NaN (a metric the row cannot have, e.g. preemptions of ``slurm (actual)``) as null for JSON."""
+    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in d.items()}
+
+
 def summary_dict(metrics: Mapping[str, Metrics]) -> dict[str, Any]:
-    return {"policies": {name: m.summary.public() for name, m in metrics.items()}}
+    return {"policies": {name: _known(m.summary.public()) for name, m in metrics.items()}}
 
 
 def sweep_dict(param: str, runs: Sequence[SweepRun]) -> dict[str, Any]:
@@ -58,7 +67,7 @@ def format_table(metrics: Mapping[str, Metrics]) -> str:
         row = [name]
         for key, _, fmt in _COLUMNS:
             v = s[key] / 3600.0 if key in _HOURS else s[key]
-            row.append(fmt.format(v))
+            row.append("-" if isinstance(v, float) and math.isnan(v) else fmt.format(v))
         rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
@@ -89,7 +98,7 @@ def write_run(out: Path, metrics: Mapping[str, Metrics], meta: Mapping[str, Any]
     _write_csv(out / "summary.csv", ["policy", *keys],
                [[name, *(getattr(m.summary, k) for k in keys)] for name, m in metrics.items()])  # fmt: skip
     doc = {"meta": dict(meta or {}), "public_keys": list(SUMMARY_KEYS),
-           "policies": {name: asdict(m.summary) for name, m in metrics.items()}}  # fmt: skip
+           "policies": {name: _known(asdict(m.summary)) for name, m in metrics.items()}}  # fmt: skip
     (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
     app_keys = [f.name for f in fields(AppMetrics)]
     written = [out / "summary.csv", out / "summary.json"]

@@ -129,6 +129,10 @@ class TraceJob:
         duration_s: run time on ``gpus`` GPUs with ideal (same-machine) placement, seconds.
         model: placement-profile name (see PROFILE_MODELS) or None for the simulator's default sensitivity.
         line: line in the source file, for messages; None for generated jobs.
+        estimate_s: what the submitter estimated the run to take (a Slurm time limit), seconds; None when the
+            source has none (or the limit was unlimited).
+        actual_start_s, actual_end_s: when the job really started and ended (a replayed Slurm history), on
+            the same clock as ``arrival_s``; None for sources that do not record them. Both or neither.
     """
 
     job_id: str
@@ -139,6 +143,9 @@ class TraceJob:
     duration_s: float
     model: str | None = None
     line: int | None = None
+    estimate_s: float | None = None
+    actual_start_s: float | None = None
+    actual_end_s: float | None = None
 
     def __post_init__(self) -> None:
         if not self.job_id or not self.app_id:
@@ -151,6 +158,21 @@ class TraceJob:
             raise ValueError(f"job {self.job_id!r}: duration_s must be finite and > 0, got {self.duration_s!r}")
         if self.model is not None and self.model not in PROFILE_MODELS:
             raise ValueError(f"job {self.job_id!r}: model {self.model!r} is not a profile name {PROFILE_MODELS}")
+        if self.estimate_s is not None and not (math.isfinite(self.estimate_s) and self.estimate_s > 0):
+            raise ValueError(f"job {self.job_id!r}: estimate_s must be finite and > 0, got {self.estimate_s!r}")
+        if (self.actual_start_s is None) != (self.actual_end_s is None):
+            raise ValueError(f"job {self.job_id!r}: give both actual_start_s and actual_end_s, or neither")
+        if self.actual_start_s is not None and self.actual_end_s is not None and not (
+            math.isfinite(self.actual_start_s) and math.isfinite(self.actual_end_s)
+            and self.actual_end_s >= self.actual_start_s
+        ):
+            raise ValueError(f"job {self.job_id!r}: actual start/end must be finite with end >= start, got "
+                             f"{self.actual_start_s!r}, {self.actual_end_s!r}")
+
+    @property
+    def has_actual(self) -> bool:
+        """True when the source recorded when the job really ran (see actual_start_s)."""
+        return self.actual_start_s is not None
 
     @property
     def gpu_seconds(self) -> float:
@@ -240,21 +262,30 @@ class Trace:
         if not self.jobs or self.jobs[0].arrival_s == 0:
             return self
         t0 = self.jobs[0].arrival_s
-        return self._derive(
-            (replace(j, arrival_s=j.arrival_s - t0) for j in self.jobs), f"shifted by {-t0:g} s"
-        )
+
+        def moved(j: TraceJob) -> TraceJob:
+            if j.actual_start_s is None or j.actual_end_s is None:
+                return replace(j, arrival_s=j.arrival_s - t0)
+            return replace(j, arrival_s=j.arrival_s - t0, actual_start_s=j.actual_start_s - t0,
+                           actual_end_s=j.actual_end_s - t0)  # fmt: skip
+
+        return self._derive((moved(j) for j in self.jobs), f"shifted by {-t0:g} s")
 
     def scaled(self, arrival_factor: float = 1.0, duration_factor: float = 1.0) -> Trace:
         """Multiply arrival times and/or run times, e.g. to compress a trace for a quick simulation."""
         for name, factor in (("arrival_factor", arrival_factor), ("duration_factor", duration_factor)):
             if not (math.isfinite(factor) and factor > 0):
                 raise ValueError(f"{name} must be finite and > 0, got {factor!r}")
+        actual = any(j.has_actual for j in self.jobs)
         return self._derive(
             (
-                replace(j, arrival_s=j.arrival_s * arrival_factor, duration_s=j.duration_s * duration_factor)
+                replace(j, arrival_s=j.arrival_s * arrival_factor, duration_s=j.duration_s * duration_factor,
+                        estimate_s=None if j.estimate_s is None else j.estimate_s * duration_factor,
+                        actual_start_s=None, actual_end_s=None)  # a scaled trace is no longer what happened
                 for j in self.jobs
             ),
-            f"scaled: arrivals x{arrival_factor:g}, durations x{duration_factor:g}",
+            f"scaled: arrivals x{arrival_factor:g}, durations x{duration_factor:g}"
+            + ("; the actual start/end times were dropped" if actual else ""),
         )
 
     def head_apps(self, n: int) -> Trace:

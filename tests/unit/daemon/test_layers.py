@@ -4,7 +4,8 @@ packages below it. No package reaches up, so there is no import cycle, hidden (i
 The order, lowest first (docs: the report of issue #13):
     core                      pure mechanism: imports no other themis_slurm package
     slurm, policies, reasons  Slurm adapter; policies over the core; the one renderer of round outcomes
-    sim, hw                   simulator (core, policies); NVML probing (slurm)
+    sim, hw                   simulator (core, policies; slurm's read-side parsers for sacct exports);
+                              NVML probing (slurm)
     api                       the status API's views and server: reads the store as plain rows; what it needs
                               of the daemon (finish-time estimates) is injected; GPUs held for granted jobs
                               are defined here (api.cluster.held_for_granted) and used by the daemon too
@@ -25,7 +26,7 @@ ALLOWED: dict[str, set[str]] = {
     "slurm": {"core"},
     "policies": {"core"},
     "reasons": {"core"},
-    "sim": {"core", "policies"},
+    "sim": {"core", "policies", "slurm"},  # loaders/sacct.py: AdminComment record, TRES, time parsers
     "hw": {"core", "slurm"},
     "api": {"core", "slurm", "reasons"},
     "daemon": {"core", "slurm", "reasons", "api"},

@@ -117,6 +117,6 @@ def test_unknown_layout_and_empty(tmp_path: Path) -> None:
 def test_family_and_registry() -> None:
     assert job_family("ResNet-50 (batch size 64)") == "ResNet-50" and job_family("CycleGAN") == "CycleGAN"
     assert set(DEFAULT_STEPS_PER_S) == {"ResNet-18", "ResNet-50", "Transformer", "LM", "Recommendation", "CycleGAN", "A3C"}
-    assert set(LOADERS) == {"hyperdrive", "chronus", "gavel"}
+    assert set(LOADERS) == {"hyperdrive", "chronus", "gavel", "sacct"}
     with pytest.raises(ValueError, match="unknown trace format 'philly'"):
         load_trace("x", "philly")

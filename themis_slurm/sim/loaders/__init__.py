@@ -13,12 +13,14 @@ from themis_slurm.sim.loaders._common import PathArg
 from themis_slurm.sim.loaders.chronus import load_chronus
 from themis_slurm.sim.loaders.gavel import load_gavel
 from themis_slurm.sim.loaders.hyperdrive import load_hyperdrive
+from themis_slurm.sim.loaders.sacct import load_sacct
 from themis_slurm.sim.trace import Trace
 
 LOADERS: dict[str, Callable[..., Trace]] = {
     "hyperdrive": load_hyperdrive,
     "chronus": load_chronus,
     "gavel": load_gavel,
+    "sacct": load_sacct,
 }
 
 
@@ -31,4 +33,4 @@ def load_trace(path: PathArg, fmt: str, **options: Any) -> Trace:
     return loader(path, **options)
 
 
-__all__ = ["LOADERS", "load_chronus", "load_gavel", "load_hyperdrive", "load_trace"]
+__all__ = ["LOADERS", "load_chronus", "load_gavel", "load_hyperdrive", "load_sacct", "load_trace"]

@@ -15,10 +15,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from os import PathLike
 from pathlib import Path
+from typing import TypeVar
 
 from themis_slurm.sim.trace import BadRow, Trace, TraceError, TraceJob, normalize_model
 
 PathArg = str | PathLike[str]
+R = TypeVar("R")  # one row as a loader's reader yields it (CSV fields, a JSON record, ...)
 NOTE_FIRST_REASONS = 3  # how many skipped-row reasons a Trace's notes quote
 
 
@@ -170,12 +172,16 @@ class Collector:
         self._first_line: dict[str, int] = {}
         self._unknown_raw: dict[int, str] = {}  # line -> source model name without a profile
 
-    def run(self, rows: Iterable[tuple[int, list[str]]], parse: Callable[[RowContext, list[str]], TraceJob]) -> None:
+    def run(self, rows: Iterable[tuple[int, R]], parse: Callable[[RowContext, R], TraceJob | None]) -> None:
+        """Parse every row; ``parse`` returns None for a row that is valid but deliberately not a job (a
+        loader that does so counts those rows itself, for its notes)."""
         for line, row in rows:
             self.rows += 1
             ctx = RowContext(self.path, line)
             try:
                 job = parse(ctx, row)
+                if job is None:
+                    continue
                 first = self._first_line.get(job.job_id)
                 if first is not None:
                     raise ctx.error("job id", job.job_id, f"a unique job id (already on line {first})")
