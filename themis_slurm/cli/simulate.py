@@ -13,6 +13,7 @@ assume (ArbiterConfig): one value, so that Themis's model of the world is right.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -135,6 +136,9 @@ class _Progress:
 @click.option("--sweep", help="NAME=v1,v2,... with NAME in fairness-knob, lease, contention, sensitive-fraction.")
 @click.option("--round-interval", type=float, default=_SIM.round_interval_s, show_default=True,
               help="Call policies at most every this many seconds (0: at every event).")
+@click.option("--progress-interval", type=float, default=_SIM.progress_interval_s, show_default=True,
+              help="Running jobs report their progress every this many seconds (0: never), as with "
+                   "`themis progress`; corrects over-estimates.")
 @click.option("--elastic", is_flag=True, help="Make every job elastic (1..gpus GPUs).")
 @click.option("--node-shaped", is_flag=True, help="Jobs wider than a node ask for whole nodes.")
 @click.option("--max-jobs", type=click.IntRange(min=1), help="Only the first N jobs (quick runs).")
@@ -267,6 +271,8 @@ def _options(o: dict[str, Any]):
         raise _bad("--restart-cost", f"{o['restart_cost']:g} is not >= 0 seconds")
     if not o["round_interval"] >= 0:
         raise _bad("--round-interval", f"{o['round_interval']:g} is not >= 0 seconds")
+    if not (o["progress_interval"] >= 0 and math.isfinite(o["progress_interval"])):
+        raise _bad("--progress-interval", f"{o['progress_interval']:g} is not >= 0 seconds")
     try:
         err = EstimateError.parse(o["estimate_error"])
     except ValueError as exc:
@@ -275,7 +281,8 @@ def _options(o: dict[str, Any]):
                     restart_cost_s=o["restart_cost"], solver=o["solver"],
                     reserve_wide_gangs=o["reserve_wide_gangs"])  # fmt: skip
     cfg = SimConfig(restart_cost_s=o["restart_cost"], estimate_error=err, seed=o["seed"], elastic=o["elastic"],
-                    node_shaped=o["node_shaped"], round_interval_s=o["round_interval"])  # fmt: skip
+                    node_shaped=o["node_shaped"], round_interval_s=o["round_interval"],
+                    progress_interval_s=o["progress_interval"])  # fmt: skip
     names = _parse_policies(o["policies"])
     sweep = _parse_sweep(o["sweep"], spec.kind == "paper")
     return spec, topo, knobs, cfg, names, sweep

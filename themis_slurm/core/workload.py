@@ -138,3 +138,33 @@ def job_path(job: Job, arrival: float, factor: float = 1.0) -> float:
     (factor: its placement factor, 1 for a gang inside one machine). The floor of T_id (fairness.py).
     """
     return max(0.0, job.submit - arrival) + job.work / (job.gpus * factor)
+
+
+#: A job still active is never treated as done by a progress report: its remaining work stays at least this
+#: fraction of the estimate, so a job that reports 100 % while it still runs is not taken for finished.
+REPORT_MIN_REMAINING = 0.01
+
+
+def refine_by_progress(work: float, done_service: float, progress: float) -> tuple[float, float]:
+    """(done, work) of a job whose estimate is `work` after it reports `progress` (the fraction of its own
+    work it has done, in [0, 1]) with `done_service` ideal GPU-seconds attained so far.
+
+    The daemon (``themis progress`` on Slurm) and the simulator (``SimConfig.progress_interval_s``) both
+    use this. Two readings of a report, and the one with less remaining work wins:
+
+    * **against the estimate**: done = progress x work (a report further along than the service believes
+      knows about slow steps); remaining = work - done;
+    * **against the job's own rate**: it took done_service for `progress` of the job, so the rest needs
+      done_service x (1 - progress) / progress. This is what corrects an over-estimate (a time limit 3x
+      the true run time): after one report, the remaining work is what the job's rate says.
+
+    A report is the user's word, so it can only make the job look *further along*: remaining work is never
+    above ``work - done_service`` (no report), whatever is reported, and never below
+    :data:`REPORT_MIN_REMAINING` of the estimate while the job runs.
+    """
+    floor = REPORT_MIN_REMAINING * work
+    done = min(max(progress * work, done_service), work - floor)
+    remaining = work - done
+    if progress > 0.0:
+        remaining = min(remaining, max(done_service * (1.0 - progress) / progress, floor))
+    return done, done + remaining

@@ -15,13 +15,13 @@ import math
 from dataclasses import dataclass
 
 from themis_slurm.core.placement import PROFILES
-from themis_slurm.core.workload import Job
+from themis_slurm.core.workload import REPORT_MIN_REMAINING, Job, refine_by_progress
 from themis_slurm.daemon.config import EstimatesConfig
 from themis_slurm.slurm.model import ManagedJob
 
 #: A job still active is never treated as done: remaining work stays at least this fraction of the estimate,
 #: so a job that reports 100 % (or outruns its estimate) is not preempted as "finished" while it still runs.
-MIN_REMAINING = 0.01
+MIN_REMAINING = REPORT_MIN_REMAINING
 #: When attained service passes the estimate, the estimate is stretched to this multiple of what was done.
 OVERRUN_STRETCH = 1.25
 
@@ -74,19 +74,22 @@ def checked_progress(job: ManagedJob) -> tuple[float | None, str]:
 def done_and_work(work: float, done_service: float, progress: float | None) -> tuple[float, float, str]:
     """(done, work) to give the arbiter, and a note when the estimate had to bend.
 
-    A progress report refines attained service (it knows about slow steps), but it is the user's word, so
-    it can only make the job look *further along*: the remaining work is never above the estimate fixed
-    at submit minus the work already done at the job's placement (``done_service``). The loop also drops
-    a report lower than the last accepted one (`planning.account`). Without a report, service is the
-    measure, and a job that outruns its estimate gets a longer one.
+    A progress report refines attained service (:func:`~themis_slurm.core.workload.refine_by_progress`,
+    shared with the simulator): it is the user's word, so it can only make the job look *further along*:
+    the remaining work is never above the estimate fixed at submit minus the work already done at the
+    job's placement (``done_service``), and a report also corrects an over-estimate by the job's own rate.
+    The loop also drops a report lower than the last accepted one (`planning.account`). Without a report,
+    service is the measure. A job that outruns its estimate gets a longer one first, with or without a
+    report (the simulator bumps its estimates the same way).
     """
-    if progress is not None:
-        cap = (1.0 - MIN_REMAINING) * work
-        return min(max(progress * work, done_service), cap), work, ""
+    note = ""
     if done_service >= (1.0 - MIN_REMAINING) * work:
-        longer = done_service * OVERRUN_STRETCH
-        return done_service, longer, f"ran past its estimate: work stretched to {longer:.0f} GPU-s"
-    return done_service, work, ""
+        work = done_service * OVERRUN_STRETCH
+        note = f"ran past its estimate: work stretched to {work:.0f} GPU-s"
+    if progress is not None:
+        done, work = refine_by_progress(work, done_service, progress)
+        return done, work, note
+    return done_service, work, note
 
 
 def profile_of(job: ManagedJob) -> str:

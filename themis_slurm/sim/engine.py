@@ -10,8 +10,14 @@ Model (choices and why):
 
 * **Work** of a trace job is ``duration_s x gpus`` ideal GPU-seconds (the trace's run time is on its own GPUs
   at ideal placement). A running job progresses at ``|G| x factor(level(G))`` (core placement model).
-* **Estimates**: policies see ``Job.work`` = true work x an :class:`EstimateError` factor and ``Job.done``;
+* **Estimates**: policies see ``Job.work`` = the trace's estimate (``TraceJob.estimate_s``, e.g. a replayed
+  Slurm job's time limit, x its GPUs; the true work when the trace has none) x an :class:`EstimateError`
+  factor, and ``Job.done``;
   completion uses true work. A job that outlives its estimate gets it bumped (:func:`estimate_error.bumped`).
+* **Progress reports** (``SimConfig.progress_interval_s``, off by default): a running job reports its true
+  fraction done every that many seconds of its run, as a Slurm job does with ``themis progress``; policies
+  then see (done, work) refined by the last report exactly as the daemon refines them
+  (:func:`~themis_slurm.core.workload.refine_by_progress`), which corrects over-estimates by the job's rate.
 * **Preemption** keeps progress (the job checkpoints on SIGUSR1, as the daemon asks Slurm jobs to) and the
   job pays ``restart_cost_s`` of no progress when it next starts (also on a migration), while holding its
   GPUs: restart cost is GPU time used, as on a real cluster.
@@ -47,7 +53,7 @@ from themis_slurm.core.decision import Decision
 from themis_slurm.core.placement import DEFAULT_PROFILE, get_profile
 from themis_slurm.core.state import ClusterState
 from themis_slurm.core.topology import Topology
-from themis_slurm.core.workload import App, Job, Lease
+from themis_slurm.core.workload import App, Job, Lease, refine_by_progress
 from themis_slurm.policies.base import Policy, PolicyContext
 from themis_slurm.sim.estimate_error import EstimateError, bumped
 from themis_slurm.sim.trace import Trace, TraceJob
@@ -90,6 +96,8 @@ class SimConfig:
     validate: check every decision (leave on; off only for benchmarking a trusted policy).
     record_allocations: keep every (job, GPUs, start, end) interval in the result, for invariant checks.
     coalesce_s: events closer than this are one instant (one policy call).
+    progress_interval_s: 0 (default): jobs report no progress. When > 0, a running job reports its true
+        fraction done every that many seconds after it (re)starts; the last report stays while it waits.
     round_interval_s: 0 (default) calls the policy at every event instant. When > 0, events are batched and
         the policy is called at most once per interval, at multiples of it (like Slurm's sched_min_interval or
         the Themis YARN prototype's periodic rounds): completions free GPUs at once but they are handed out
@@ -106,8 +114,11 @@ class SimConfig:
     record_allocations: bool = False
     coalesce_s: float = 1e-6
     round_interval_s: float = 0.0
+    progress_interval_s: float = 0.0
 
     def __post_init__(self) -> None:
+        if not (self.progress_interval_s >= 0 and math.isfinite(self.progress_interval_s)):
+            raise ValueError(f"progress_interval_s must be >= 0 seconds, got {self.progress_interval_s}")
         if not (self.round_interval_s >= 0 and math.isfinite(self.round_interval_s)):
             raise ValueError(f"round_interval_s must be >= 0 seconds, got {self.round_interval_s}")
         if not (self.restart_cost_s >= 0 and math.isfinite(self.restart_cost_s)):
@@ -178,6 +189,7 @@ class _J:
         "tj", "id", "app", "gpus", "true_work", "est", "est0", "profile", "factors", "gpn", "nodes", "elastic",
         "state", "done", "service", "t_base", "progress_from", "rate", "held", "lease", "version",
         "lease_token", "needs_restart", "first_start", "finish", "starts", "preemptions", "snap", "holding",
+        "reported",
     )  # fmt: skip
 
     def __init__(self, tj: TraceJob, est: float, profile: str, gpn: int | None, nodes: int | None, elastic: bool):
@@ -201,6 +213,7 @@ class _J:
         self.finish = math.nan
         self.starts = self.preemptions = 0
         self.snap: Job | None = None  # cached snapshot while waiting (nothing about it changes)
+        self.reported: float | None = None  # fraction of true work done at its last progress report
 
 
 class _A:
@@ -294,7 +307,8 @@ class Simulator:
         if nodes is not None and nodes > len(self.topo.node_gpus):
             raise ValueError(f"job {tj.job_id} needs {nodes} whole nodes but the cluster has {len(self.topo.node_gpus)}")
         profile = tj.model or self.cfg.default_profile
-        j = _J(tj, tj.duration_s * tj.gpus * factor, profile, gpn, nodes, elastic)
+        believed = tj.estimate_s if tj.estimate_s is not None else tj.duration_s  # e.g. a Slurm time limit
+        j = _J(tj, believed * tj.gpus * factor, profile, gpn, nodes, elastic)
         self._jobs[j.id] = j
         return j
 
@@ -502,12 +516,21 @@ class Simulator:
             start = max(j.t_base, j.progress_from)
             done = min(j.true_work, j.done + j.rate * (t - start)) if t > start else j.done
             service = j.service + len(j.held) * (t - j.t_base)
+            every = self.cfg.progress_interval_s
+            if every > 0 and t >= j.t_base + every:  # the last report of this run, at t_base + k x every
+                at = j.t_base + math.floor((t - j.t_base) / every) * every
+                at_done = min(j.true_work, j.done + j.rate * (at - start)) if at > start else j.done
+                j.reported = at_done / j.true_work
         else:
             if j.snap is not None:
                 return j.snap
             done, service = j.done, j.service
         j.est = bumped(j.est, done)
-        snap = Job(j.id, j.app, j.gpus, j.est, done, j.profile, j.gpn, j.nodes, j.elastic, True, j.tj.arrival_s, service)
+        seen_done, seen_work = done, j.est
+        if j.reported is not None:
+            seen_done, seen_work = refine_by_progress(j.est, done, j.reported)
+        snap = Job(j.id, j.app, j.gpus, seen_work, seen_done, j.profile, j.gpn, j.nodes, j.elastic, True,
+                   j.tj.arrival_s, service)  # fmt: skip
         if j.state == _WAITING:
             j.snap = snap
         return snap

@@ -69,6 +69,7 @@ def test_chronus_trace(tmp_path):
         (["--sweep", "colour=1,2"], "--sweep", "colour"),
         (["--group-by", "user"], "--group-by", "user"),
         (["--lease", "0"], "--lease", "0"),
+        (["--progress-interval", "-5"], "--progress-interval", "-5"),
     ],
 )
 def test_bad_options(args, option, value):

@@ -1,0 +1,40 @@
+"""refine_by_progress: what a progress report does to a job's estimate (daemon and simulator alike)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from themis_slurm.core.workload import REPORT_MIN_REMAINING, refine_by_progress
+
+
+def test_a_report_corrects_an_over_estimate_by_the_jobs_rate() -> None:
+    # true work 100, estimated 300 (a time limit 3x too long); after 40 GPU-s the job reports 40 %
+    done, work = refine_by_progress(300.0, 40.0, 0.4)
+    assert done == pytest.approx(120.0)  # 40 % of the estimate
+    assert work - done == pytest.approx(60.0)  # what the job's rate says: 40 x 0.6 / 0.4, not 0.6 x 300
+
+
+def test_exact_estimates_are_unchanged_by_exact_reports() -> None:
+    done, work = refine_by_progress(200.0, 50.0, 0.25)
+    assert (done, work) == pytest.approx((50.0, 200.0))
+
+
+def test_no_progress_yet_keeps_the_estimate() -> None:
+    assert refine_by_progress(100.0, 30.0, 0.0) == (30.0, 100.0)
+
+
+def test_a_report_never_adds_remaining_work_and_never_finishes_a_running_job() -> None:
+    rng = random.Random(7)
+    for _ in range(5000):
+        work = rng.uniform(1.0, 1e6)
+        service = rng.uniform(0.0, 2.0) * work
+        p = rng.choice([0.0, 1.0, rng.random(), rng.random() * 1e-6, 1.0 - rng.random() * 1e-6])
+        done, refined = refine_by_progress(work, service, p)
+        remaining = refined - done
+        unreported = max(work - service, REPORT_MIN_REMAINING * work)
+        assert remaining <= unreported * (1 + 1e-12), (work, service, p)
+        assert remaining >= REPORT_MIN_REMAINING * work * (1 - 1e-12), (work, service, p)
+        assert done >= min(service, work * (1 - REPORT_MIN_REMAINING)) * (1 - 1e-12)
+        assert refined <= work * (1 + 1e-12)
