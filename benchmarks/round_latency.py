@@ -1,6 +1,8 @@
 """One full Themis round (bids, winner determination, hidden payments, leftover) at growing sizes.
 
-All GPUs free: the cold-start worst case. Prints the median wall time per size and, where the exact
+All GPUs free: the cold-start worst case. Beside it, on the same state, the ``ftf`` baseline (Gavel's
+finish-time fairness): its solve (the bisection on the largest rho, :func:`ftf_shares`) and its whole
+round (the solve plus realising the time fractions as grants). Prints the median wall time per size and, where the exact
 solver finishes within its time limit, the fast solver's objective relative to the exact one.
 
 Side by side: with ``--baseline REF`` (default: 2a5d07f, the core before the data-structure work of
@@ -109,6 +111,27 @@ def gap_to_exact(core: SimpleNamespace, state, exact_limit_s: float) -> tuple[fl
         return f"exact failed: {exc}", None
 
 
+def time_ftf(state, repeats: int) -> tuple[float, float]:
+    """Median seconds of ftf's solve and of its whole round (policy call) on `state` (today's code only)."""
+    from themis_slurm.core.fairness import FairnessModel
+    from themis_slurm.policies import make_policy
+    from themis_slurm.policies.base import PolicyContext
+    from themis_slurm.policies.ftf import ftf_shares
+
+    capacity = float(len(state.free) + sum(len(lease.gpus) for lease in state.leases))
+    solve, whole = [], []
+    for _ in range(repeats):
+        model = FairnessModel(state.topology, state.cluster_gpus or state.topology.size)
+        t = time.perf_counter()
+        ftf_shares(list(state.apps), model, state.now, capacity)
+        solve.append(time.perf_counter() - t)
+        policy = make_policy("ftf")
+        t = time.perf_counter()
+        policy.schedule(PolicyContext(state, frozenset({"arrival"})))
+        whole.append(time.perf_counter() - t)
+    return statistics.median(solve), statistics.median(whole)
+
+
 def bench(size: tuple[int, int, int], repeats: int, exact_limit_s: float, base: SimpleNamespace | None) -> dict:
     new = load("themis_slurm")
     runs = {"new": (new, make_state(*size, core=new), new.arbiter.ArbiterConfig(solver="fast"))}
@@ -122,6 +145,7 @@ def bench(size: tuple[int, int, int], repeats: int, exact_limit_s: float, base: 
             last[name] = core.arbiter.run_round(state, cfg)
             times[name].append(time.perf_counter() - t)
     d = last["new"]
+    ftf_solve, ftf_round = time_ftf(runs["new"][1], repeats)
     gap, exact_s = gap_to_exact(new, runs["new"][1], exact_limit_s) if exact_limit_s > 0 else (None, None)
     row = {
         "apps": size[0],
@@ -132,6 +156,8 @@ def bench(size: tuple[int, int, int], repeats: int, exact_limit_s: float, base: 
         "repeats": repeats,
         "granted_gpus": sum(len(g.gpus) for g in d.grants),
         "grants": len(d.grants),
+        "ftf_solve_ms": ftf_solve * 1000,
+        "ftf_round_ms": ftf_round * 1000,
         "fast_vs_exact_gap": gap,
         "exact_s": exact_s,
     }
@@ -159,7 +185,8 @@ def main() -> None:
     if args.json:
         print(json.dumps({"benchmark": "round_latency", "baseline": args.baseline, "rows": rows}, indent=2))
         return
-    head = f"{'apps':>5} {'jobs':>6} {'gpus':>5} {'median ms':>10} {'min ms':>8} {'granted':>8} {'fast/exact gap':>15}"
+    head = (f"{'apps':>5} {'jobs':>6} {'gpus':>5} {'median ms':>10} {'min ms':>8} {'granted':>8} {'fast/exact gap':>15}"
+            f" {'ftf solve ms':>12} {'ftf round ms':>12}")  # fmt: skip
     if base is not None:
         head += f" {'base ms':>9} {'speed-up':>8} {'identical':>9}"
     print(head)
@@ -167,7 +194,7 @@ def main() -> None:
         gap = r["fast_vs_exact_gap"]
         gap_s = f"{gap * 100:.3f}%" if isinstance(gap, float) else ("n/a (>limit)" if gap is None else "error")
         line = (f"{r['apps']:>5} {r['jobs']:>6} {r['gpus']:>5} {r['median_ms']:>10.1f} {r['min_ms']:>8.1f} "
-                f"{r['granted_gpus']:>8} {gap_s:>15}")  # fmt: skip
+                f"{r['granted_gpus']:>8} {gap_s:>15} {r['ftf_solve_ms']:>12.1f} {r['ftf_round_ms']:>12.1f}")  # fmt: skip
         if base is not None:
             line += f" {r['baseline_median_ms']:>9.1f} {r['speedup']:>7.2f}x {'yes' if r['identical'] else 'NO':>9}"
         print(line)
