@@ -107,22 +107,45 @@ class FairnessModel:
         hit = self._facts.get(id(app))  # type: ignore[attr-defined]
         if hit is not None and hit[0] is app:  # the app is kept in the entry, so its id is not reused
             return hit[1]
-        get = self.job_facts.get  # type: ignore[union-attr]
+        cache = self.job_facts
+        assert cache is not None
         arrival = app.arrival
-        remaining = rem_path = work = work_factor = 0.0
-        gpus = 0
-        t_path = app.finished_path
-        for j in app.jobs:
-            f = get(j)
-            remaining += f.remaining
-            if f.rem_per_gpu > rem_path:
-                rem_path = f.rem_per_gpu
-            work += j.work
-            work_factor += f.work_factor
-            gpus += j.gpus
-            end = (j.submit - arrival if j.submit > arrival else 0.0) + f.run_s
-            if end > t_path:
-                t_path = end
+        jobs = app.jobs
+        # Running sums, one entry per job, in the app's job order. Jobs that are the same objects as last
+        # round's at the same positions (a common prefix: the simulator lists waiting jobs first) keep
+        # their entries; the sums then continue from there exactly as one pass over all jobs would.
+        seen = cache.sums.get(app.id)
+        start = 0
+        if seen is not None and seen[1] == arrival:
+            prev, runs = seen[0], seen[2]
+            limit = min(len(prev), len(jobs))
+            while start < limit and prev[start] is jobs[start]:
+                start += 1
+            runs = runs[:start] if start < len(runs) else runs
+        else:
+            runs = []
+        if start:
+            remaining, rem_path, work, work_factor, gpus, t_jobs = runs[start - 1]
+        else:
+            remaining = rem_path = work = work_factor = 0.0
+            gpus = 0
+            t_jobs = 0.0
+        if start < len(jobs):
+            get = cache.get
+            for j in jobs[start:]:
+                f = get(j)
+                remaining += f.remaining
+                if f.rem_per_gpu > rem_path:
+                    rem_path = f.rem_per_gpu
+                work += j.work
+                work_factor += f.work_factor
+                gpus += j.gpus
+                end = (j.submit - arrival if j.submit > arrival else 0.0) + f.run_s
+                if end > t_jobs:
+                    t_jobs = end
+                runs.append((remaining, rem_path, work, work_factor, gpus, t_jobs))
+            cache.sums[app.id] = (jobs, arrival, runs)
+        t_path = app.finished_path if app.finished_path >= t_jobs else t_jobs
         total = app.finished_work + work
         if total <= 0:
             t_id = 0.0

@@ -49,6 +49,8 @@ class JobFactsCache:
         self._factors: dict[tuple, float] = {}  # (gpus, gpus_per_node, nodes, profile) -> best factor
         #: app id -> (the waiting jobs as passed, what the agent derived from them: see Agent.__init__)
         self.orders: dict[str, tuple[list[Job], tuple]] = {}
+        #: app id -> (its jobs, its arrival, the running sums over them that FairnessModel.facts needs)
+        self.sums: dict[str, tuple[tuple[Job, ...], float, list[tuple]]] = {}
 
     def use(self, topology: Topology, n_jobs: int) -> None:
         """Start a round on `topology` with `n_jobs` jobs: resets on a new topology, prunes when large."""
@@ -57,9 +59,11 @@ class JobFactsCache:
             self._facts = {}
             self._factors = {}
             self.orders = {}
+            self.sums = {}
         elif len(self._facts) > _PRUNE_FACTOR * n_jobs + _PRUNE_SLACK:
             self._facts = {}
             self.orders = {}
+            self.sums = {}
 
     def best_factor(self, job: Job) -> float:
         """The placement factor of the tightest level the hardware allows for the job's shape."""

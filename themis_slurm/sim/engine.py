@@ -33,7 +33,8 @@ Model (choices and why):
   contention is the time-average of max(1, N) over its life so far, which is what
   :class:`~themis_slurm.core.fairness.ContentionClock` computes; a single cluster-wide clock is kept and each
   app remembers its integral at arrival, so the cost per event does not grow with the number of apps.
-* The state passed to the policy holds only apps with present jobs and only their present jobs; an app's
+* The state passed to the policy holds only apps with present jobs and only their present jobs (waiting ones
+  first, each group in arrival order); an app's
   ``finished_work`` is the true work of its completed jobs and ``peak_gpus`` its peak concurrent demand.
 
 Every decision is validated (:mod:`themis_slurm.sim.validate`) before it is applied; a bad one raises
@@ -220,7 +221,7 @@ class _A:
     """Mutable per-app bookkeeping."""
 
     __slots__ = ("id", "owner", "arrival", "cint0", "total", "completed", "present", "demand", "peak",
-                 "finished_work", "finished_path", "finish", "contention")  # fmt: skip
+                 "finished_work", "finished_path", "finish", "contention", "running", "snaps")  # fmt: skip
 
     def __init__(self, app_id: str, owner: str, arrival: float, cint0: float, total: int) -> None:
         self.id, self.owner, self.arrival, self.cint0, self.total = app_id, owner, arrival, cint0, total
@@ -230,6 +231,9 @@ class _A:
         self.finished_work = self.finished_path = 0.0
         self.finish = math.nan
         self.contention = 1.0
+        self.running = 0  # of its present jobs
+        #: its jobs' snapshots while none runs and none came or went (all cached waiting snapshots)
+        self.snaps: tuple[Job, ...] | None = None
 
 
 Observer = Callable[["Simulator", Decision], None]
@@ -428,6 +432,7 @@ class Simulator:
         if not a.present:
             self._active[a.id] = a
         a.present[j.id] = j
+        a.snaps = None
         a.demand += j.gpus
         a.peak = max(a.peak, a.demand)
         j.state = _WAITING
@@ -449,6 +454,9 @@ class Simulator:
         self._free |= j.held
         del self._running[j.id]
         del self._holdings[j.id]
+        a = self._apps[j.app]
+        a.running -= 1
+        a.snaps = None
         j.held = frozenset()
         j.lease = None
         j.holding = None
@@ -489,6 +497,9 @@ class Simulator:
         j.held = gpus
         self._free -= gpus
         self._running[j.id] = j
+        a = self._apps[j.app]
+        a.running += 1
+        a.snaps = None
         j.holding = self._holdings[j.id] = Holding(j.app, gpus, True)
         j.rate = len(gpus) * j.factors[self.topo.level_of(gpus)]
         j.t_base = t
@@ -542,15 +553,24 @@ class Simulator:
         n_now = max(1, len(self._active))
         snapshot = self._snapshot
         for a in self._active.values():
-            snaps = []
-            for j in a.present.values():
-                s = j.snap if j.state == _WAITING else None
-                if s is None:
-                    s = snapshot(j, t)
-                snaps.append(s)
-                jobs[j.id] = s
+            snaps = a.snaps
+            if snaps is None:
+                # waiting jobs first, then running ones: the waiting snapshots are the same objects round
+                # after round, so the core's running sums keep that prefix (core/fairness.py facts)
+                built, moving = [], []
+                for j in a.present.values():
+                    if j.state == _WAITING:
+                        s = j.snap
+                        built.append(s if s is not None else snapshot(j, t))
+                    else:
+                        moving.append(snapshot(j, t))
+                snaps = tuple(built + moving) if moving else tuple(built)
+                if not a.running:  # all waiting: the same snapshots until one of its jobs changes
+                    a.snaps = snaps
+            for s in snaps:
+                jobs[s.id] = s
             contention = (self._cint - a.cint0) / (t - a.arrival) if t > a.arrival else n_now
-            apps.append(App(a.id, a.owner, a.arrival, tuple(snaps), contention, a.finished_work, a.peak,
+            apps.append(App(a.id, a.owner, a.arrival, snaps, contention, a.finished_work, a.peak,
                             a.finished_path))
         leases = tuple(j.lease for j in self._running.values() if j.lease is not None)
         state = ClusterState(self.topo, t, frozenset(self._free), leases, tuple(apps), self.topo.size)
