@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from themis_slurm.core.job_facts import JobFactsCache
+from themis_slurm.core.job_facts import SHARED, JobFactsCache
 from themis_slurm.core.placement import get_profile
 from themis_slurm.core.topology import Level, Topology
 from themis_slurm.core.workload import App, Job
@@ -69,7 +69,7 @@ class FairnessModel:
     """Computes T_id, T_sh and rho for apps on one cluster.
 
     `job_facts` holds the per-job numbers (core/job_facts.py); a caller that keeps one cache across rounds
-    passes it here (RoundState.start does), anyone else gets a fresh one.
+    passes it here (RoundState.start does); anyone else shares :data:`~themis_slurm.core.job_facts.SHARED`.
     """
 
     topology: Topology
@@ -82,10 +82,9 @@ class FairnessModel:
             raise ValueError(f"cluster_gpus must be >= 1, got {self.cluster_gpus}")
         if not self.idle_throughput > 0:
             raise ValueError(f"idle_throughput must be > 0, got {self.idle_throughput}")
-        if self.job_facts is None:
-            cache = JobFactsCache()
-            cache.use(self.topology, 0)
-            object.__setattr__(self, "job_facts", cache)
+        if self.job_facts is None:  # the shared cache: same numbers, computed once per Job object
+            SHARED.use(self.topology)
+            object.__setattr__(self, "job_facts", SHARED)
         object.__setattr__(self, "_facts", {})  # id(app) -> (app, facts(app))
 
     def best_factor(self, job: Job) -> float:
@@ -121,7 +120,7 @@ class FairnessModel:
             limit = min(len(prev), len(jobs))
             while start < limit and prev[start] is jobs[start]:
                 start += 1
-            runs = runs[:start] if start < len(runs) else runs
+            runs = runs[:start]  # a copy: the cached list is never changed (the API reads from other threads)
         else:
             runs = []
         if start:

@@ -19,6 +19,8 @@ from themis_slurm.core.workload import Job
 #: current round (plus a constant), so a long-running caller keeps memory bounded.
 _PRUNE_FACTOR = 4
 _PRUNE_SLACK = 1024
+#: A cache used without a job count (:data:`SHARED`) starts afresh beyond this many jobs (about 40 MB).
+_MAX_ENTRIES = 200_000
 
 
 class JobFacts:
@@ -52,15 +54,17 @@ class JobFactsCache:
         #: app id -> (its jobs, its arrival, the running sums over them that FairnessModel.facts needs)
         self.sums: dict[str, tuple[tuple[Job, ...], float, list[tuple]]] = {}
 
-    def use(self, topology: Topology, n_jobs: int) -> None:
-        """Start a round on `topology` with `n_jobs` jobs: resets on a new topology, prunes when large."""
+    def use(self, topology: Topology, n_jobs: int | None = None) -> None:
+        """Start a round on `topology` with `n_jobs` jobs (None: unknown): resets on a new topology, prunes
+        when large (beyond a few rounds' worth of `n_jobs`, or :data:`_MAX_ENTRIES` when unknown)."""
+        limit = _MAX_ENTRIES if n_jobs is None else _PRUNE_FACTOR * n_jobs + _PRUNE_SLACK
         if topology is not self._topology:
             self._topology = topology
             self._facts = {}
             self._factors = {}
             self.orders = {}
             self.sums = {}
-        elif len(self._facts) > _PRUNE_FACTOR * n_jobs + _PRUNE_SLACK:
+        elif len(self._facts) > limit:
             self._facts = {}
             self.orders = {}
             self.sums = {}
@@ -81,3 +85,8 @@ class JobFactsCache:
             return hit
         facts = self._facts[id(job)] = JobFacts(job, self.best_factor(job))
         return facts
+
+
+#: The cache of every FairnessModel made without one (the baselines' per-call models, metrics): safe to
+#: share, since every entry is checked against the very object (or equal values) it was computed for.
+SHARED = JobFactsCache()

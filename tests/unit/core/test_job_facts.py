@@ -66,3 +66,30 @@ def test_changed_jobs_are_recomputed_not_reused() -> None:
     assert digest(run_round(state(later), ArbiterConfig(), cache)) == digest(run_round(state(later), ArbiterConfig()))
     order = cache.orders["a"][1][0]
     assert [j.id for j in order] == ["a1", "a2"] and order[1].done == 899.0
+
+
+def test_models_without_a_cache_share_one_and_still_agree_with_a_fresh_one() -> None:
+    """FairnessModel() with no cache uses job_facts.SHARED; its facts equal a fresh cache's, round after round,
+    while jobs change, come and go (prefix reuse of the running sums included)."""
+    import random
+
+    from themis_slurm.core.fairness import FairnessModel
+    from themis_slurm.core.job_facts import SHARED
+    from themis_slurm.core.workload import App, Job
+
+    topo = Topology.uniform(2, 2, 4)
+    rng = random.Random(3)
+    jobs = [Job(f"j{i}", "a", rng.choice([1, 2, 4]), rng.uniform(10, 1000), profile=rng.choice(["vgg16", "low"]),
+                submit=rng.uniform(0, 50)) for i in range(30)]  # fmt: skip
+    for step in range(40):
+        if step % 3 == 0 and jobs:
+            jobs.pop(rng.randrange(len(jobs)))  # one leaves
+        k = rng.randrange(len(jobs))
+        jobs[k] = dataclasses.replace(jobs[k], done=min(jobs[k].work, jobs[k].done + rng.uniform(0, 50)))  # runs
+        jobs = jobs[k:] + jobs[:k] if step % 7 == 0 else jobs  # reordered now and then
+        app = App("a", "u", 5.0, tuple(jobs), contention=1.0 + step / 10)
+        shared = FairnessModel(topo, 16)
+        fresh = FairnessModel(topo, 16, job_facts=JobFactsCache())
+        fresh.job_facts.use(topo, 0)
+        assert shared.job_facts is SHARED
+        assert shared.facts(app) == fresh.facts(app), step
