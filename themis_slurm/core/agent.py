@@ -11,6 +11,7 @@ wanted by two apps) come from packing within one rack or one node (:meth:`Agent.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -97,6 +98,20 @@ class Agent:
         self._elapsed = max(0.0, now - app.arrival)
         self._idle = model.idle_throughput
         self.rho_base = self.rho_of(0.0)
+
+    def with_started(self, job_id: str, throughput: float) -> Agent:
+        """This agent once one of its jobs has started outside the auction (a reservation): the job leaves
+        its bidding order and kinds, and its throughput joins the base. The same agent as building one
+        anew without the job (removing one job from a sorted order keeps it sorted), without re-sorting."""
+        new = copy.copy(self)
+        new.base = self.base + throughput
+        new.jobs = tuple(j for j in self.jobs if j.id != job_id)
+        new.kinds = tuple(k for k in (tuple(j for j in kind if j.id != job_id) for kind in self.kinds) if k)
+        new._plain = {k: v for k, v in self._plain.items() if k != job_id}
+        new._profiles = {k: v for k, v in self._profiles.items() if k != job_id}
+        new.homes = {k: v for k, v in self.homes.items() if k != job_id}
+        new.rho_base = new.rho_of(0.0)
+        return new
 
     def _order(self, jobs: list[Job], home: Mapping[str, frozenset[int]], cache: JobFactsCache) -> None:
         """Sort the jobs into bidding order and group them by kind (see __init__)."""

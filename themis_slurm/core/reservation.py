@@ -30,8 +30,7 @@ def reserve_for_wide_gang(rs: RoundState) -> None:
         gang = Gang(job.id, target, level, throughput(len(target), level, get_profile(job.profile)))
         rs.award(ag.app_id, [gang], "reservation")
         # the app bids on with the gang counted in its base throughput (and without the job)
-        rebuilt = Agent(ag.app, rs.model, now, ag.base + gang.throughput, [j for j in ag.jobs if j.id != job.id],
-                        ag.homes, rs.restart_discount)  # fmt: skip
+        rebuilt = ag.with_started(job.id, gang.throughput)
         rs.agents[ag.app_id] = rebuilt
         rs.bidders = [rebuilt if b.app_id == ag.app_id else b for b in rs.bidders]
         rs.reservations[ag.app_id] = ReservationNote(job.id, len(target), 0, 0.0, True)

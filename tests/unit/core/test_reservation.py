@@ -345,3 +345,31 @@ def test_reservation_is_deterministic(solver: str, free: frozenset[int]) -> None
     rev = ClusterState(TOPO, NOW, state.free, state.leases, tuple(reversed(state.apps)))
     d3 = run_round(rev, cfg)
     assert (_grants(d3), d3.reserved_gpus, d3.preemptions) == (_grants(d1), d1.reserved_gpus, d1.preemptions)
+
+
+def test_an_agent_with_a_started_job_equals_one_built_without_it() -> None:
+    """reservation.reserve_for_wide_gang derives the agent (Agent.with_started) instead of rebuilding it."""
+    import random
+
+    from themis_slurm.core.agent import Agent
+    from themis_slurm.core.fairness import FairnessModel
+    from themis_slurm.core.topology import Topology
+    from themis_slurm.core.workload import App, Job
+
+    rng = random.Random(5)
+    topo = Topology.uniform(2, 2, 4)
+    jobs = tuple(Job(f"j{i}", "a", rng.choice([1, 2, 4]), rng.uniform(10, 900), submit=float(i),
+                     profile=rng.choice(["vgg16", "low"])) for i in range(12))  # fmt: skip
+    app = App("a", "u", 0.0, jobs)
+    model = FairnessModel(topo, 16)
+    homes = {"j3": frozenset({0})}
+    whole = Agent(app, model, 50.0, 1.0, jobs, homes, 0.05)
+    for job in jobs:
+        if job.id in homes:
+            continue
+        derived = whole.with_started(job.id, 2.0)
+        built = Agent(app, model, 50.0, 3.0, [j for j in jobs if j.id != job.id], homes, 0.05)
+        assert derived.jobs == built.jobs and derived.kinds == built.kinds
+        assert derived._plain == built._plain and derived.homes == built.homes
+        assert derived.rho_base == built.rho_base and derived.base == built.base
+    assert whole.base == 1.0 and len(whole.jobs) == 12  # the original is left as it was
