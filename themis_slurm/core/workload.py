@@ -150,21 +150,23 @@ def refine_by_progress(work: float, done_service: float, progress: float) -> tup
     work it has done, in [0, 1]) with `done_service` ideal GPU-seconds attained so far.
 
     The daemon (``themis progress`` on Slurm) and the simulator (``SimConfig.progress_interval_s``) both
-    use this. Two readings of a report, and the one with less remaining work wins:
+    use this. Two readings of a report, and the one with less work left wins:
 
-    * **against the estimate**: done = progress x work (a report further along than the service believes
-      knows about slow steps); remaining = work - done;
+    * **against the estimate**: p of the estimate is done (a report further along than the service
+      believes knows about slow steps); (1 - p) x work remains;
     * **against the job's own rate**: it took done_service for `progress` of the job, so the rest needs
-      done_service x (1 - progress) / progress. This is what corrects an over-estimate (a time limit 3x
-      the true run time): after one report, the remaining work is what the job's rate says.
+      done_service x (1 - p) / p. This is what corrects an over-estimate (a time limit 3x the true run
+      time): after one report, the remaining work is what the job's rate says.
 
-    A report is the user's word, so it can only make the job look *further along*: remaining work is never
-    above ``work - done_service`` (no report), whatever is reported, and never below
-    :data:`REPORT_MIN_REMAINING` of the estimate while the job runs.
+    A report is the user's word, so it only ever moves `done` forward and never changes `work`: the
+    remaining work is never above ``work - done_service`` (no report) and never below
+    :data:`REPORT_MIN_REMAINING` of the estimate while the job runs, and T_id, which is computed from
+    `work`, is the same with or without a report. (Shrinking `work` instead would shrink T_id, and an app
+    that has waited long would see its rho *rise* with a report it makes up: a report must only ever make
+    an app look better off.)
     """
     floor = REPORT_MIN_REMAINING * work
-    done = min(max(progress * work, done_service), work - floor)
-    remaining = work - done
+    remaining = work - min(max(progress * work, done_service), work - floor)
     if progress > 0.0:
         remaining = min(remaining, max(done_service * (1.0 - progress) / progress, floor))
-    return done, done + remaining
+    return work - remaining, work

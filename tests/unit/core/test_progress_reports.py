@@ -12,7 +12,7 @@ from themis_slurm.core.workload import REPORT_MIN_REMAINING, refine_by_progress
 def test_a_report_corrects_an_over_estimate_by_the_jobs_rate() -> None:
     # true work 100, estimated 300 (a time limit 3x too long); after 40 GPU-s the job reports 40 %
     done, work = refine_by_progress(300.0, 40.0, 0.4)
-    assert done == pytest.approx(120.0)  # 40 % of the estimate
+    assert work == 300.0  # the estimate (and so T_id) stays
     assert work - done == pytest.approx(60.0)  # what the job's rate says: 40 x 0.6 / 0.4, not 0.6 x 300
 
 
@@ -37,4 +37,27 @@ def test_a_report_never_adds_remaining_work_and_never_finishes_a_running_job() -
         assert remaining <= unreported * (1 + 1e-12), (work, service, p)
         assert remaining >= REPORT_MIN_REMAINING * work * (1 - 1e-12), (work, service, p)
         assert done >= min(service, work * (1 - REPORT_MIN_REMAINING)) * (1 - 1e-12)
-        assert refined <= work * (1 + 1e-12)
+        assert refined == work
+
+
+def test_a_report_never_raises_an_apps_rho() -> None:
+    """Whatever a job reports, its app's rho (at any allocation) is no higher than without the report:
+    a made-up report cannot buy GPUs (T_id is unchanged, only remaining work can shrink)."""
+    from themis_slurm.core.fairness import FairnessModel
+    from themis_slurm.core.topology import Topology
+    from themis_slurm.core.workload import App, Job
+
+    topo = Topology.uniform(1, 2, 4)
+    model = FairnessModel(topo, 8)
+    rng = random.Random(11)
+    for _ in range(2000):
+        work, service = rng.uniform(100, 1e5), rng.uniform(0, 1e5)
+        other = Job("o", "a", 1, rng.uniform(100, 1e5))
+        p = rng.choice([rng.random(), 1.0, 1e-9])
+        elapsed = rng.uniform(0, 1e6)
+        done_plain = min(service, 0.99 * work)
+        plain = App("a", "u", 0.0, (Job("j", "a", 2, work, done_plain), other), contention=rng.uniform(1, 4))
+        done, w = refine_by_progress(work, done_plain, p)
+        told = App("a", "u", 0.0, (Job("j", "a", 2, w, done), other), contention=plain.contention)
+        for x in (0.0, 1.0, 3.0):
+            assert model.rho(told, elapsed, x) <= model.rho(plain, elapsed, x) * (1 + 1e-12)

@@ -43,8 +43,9 @@ def test_malformed_progress_is_ignored_with_a_reason(slurm: FakeSlurm) -> None:
 
 def test_done_and_work() -> None:
     assert done_and_work(100.0, 30.0, None) == (30.0, 100.0, "")
-    # half done after 30 GPU-s: the job's own rate says 30 more, less than the estimate's 50
-    assert done_and_work(100.0, 30.0, 0.5) == (50.0, 80.0, "")
+    # half done after 30 GPU-s: the job's own rate says 30 more, less than the estimate's 50; the estimate
+    # itself (and so T_id) stays
+    assert done_and_work(100.0, 30.0, 0.5) == (70.0, 100.0, "")
     done, work, _ = done_and_work(100.0, 30.0, 1.0)
     assert work - done > 0, "a running job is never treated as finished"
     done, work, note = done_and_work(100.0, 150.0, None)
@@ -66,7 +67,7 @@ def test_progress_never_makes_a_job_look_less_done_than_its_service() -> None:
     assert done_and_work(100.0, 30.0, 0.1) == (30.0, 100.0, "")
     # a report further along than the service is believed (it knows about slow steps), and its rate
     # (30 GPU-s for 80 %) leaves 7.5 to do
-    assert done_and_work(100.0, 30.0, 0.8) == (80.0, 87.5, "")
+    assert done_and_work(100.0, 30.0, 0.8) == (92.5, 100.0, "")
     # past its estimate with a report: stretched first (as without a report), then the report can only
     # shorten what is left; still running, so never done
     done, work, note = done_and_work(100.0, 150.0, 0.2)

@@ -38,7 +38,7 @@ def test_a_running_job_reports_every_interval_and_the_estimate_follows_its_rate(
     assert views[0.0] == (0.0, 3000.0)  # nothing reported yet: the estimate as given
     # at t = 250 the last report was at t = 200: 20 % done; the job's rate leaves 250 x 0.8 / 0.2 = 1,000
     done, work = views[250.0]
-    assert done == pytest.approx(600.0)  # 20 % of the 3,000 estimate
+    assert work == 3000.0  # the estimate stays (T_id with it); only what is left shrinks
     assert work - done == pytest.approx(1000.0)
     # at t = 650 (report at 600: 60 %): 650 x 0.4 / 0.6 left, close to the true 350
     done, work = views[650.0]
