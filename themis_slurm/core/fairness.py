@@ -111,8 +111,9 @@ class FairnessModel:
         arrival = app.arrival
         jobs = app.jobs
         # Running sums, one entry per job, in the app's job order. Jobs that are the same objects as last
-        # round's at the same positions (a common prefix: the simulator lists waiting jobs first) keep
-        # their entries; the sums then continue from there exactly as one pass over all jobs would.
+        # round's at the same positions (a common prefix: jobs that waited and still wait, before the
+        # first that ran or changed) keep their entries; the sums then continue from there exactly as one
+        # pass over all jobs would (the same floats in the same order).
         seen = cache.sums.get(app.id)
         start = 0
         if seen is not None and seen[1] == arrival:

@@ -33,8 +33,8 @@ Model (choices and why):
   contention is the time-average of max(1, N) over its life so far, which is what
   :class:`~themis_slurm.core.fairness.ContentionClock` computes; a single cluster-wide clock is kept and each
   app remembers its integral at arrival, so the cost per event does not grow with the number of apps.
-* The state passed to the policy holds only apps with present jobs and only their present jobs (waiting ones
-  first, each group in arrival order); an app's
+* The state passed to the policy holds only apps with present jobs and only their present jobs (in arrival
+  order); an app's
   ``finished_work`` is the true work of its completed jobs and ``peak_gpus`` its peak concurrent demand.
 
 Every decision is validated (:mod:`themis_slurm.sim.validate`) before it is applied; a bad one raises
@@ -555,16 +555,13 @@ class Simulator:
         for a in self._active.values():
             snaps = a.snaps
             if snaps is None:
-                # waiting jobs first, then running ones: the waiting snapshots are the same objects round
-                # after round, so the core's running sums keep that prefix (core/fairness.py facts)
-                built, moving = [], []
+                # in arrival order (listing waiting jobs first would let the core's running sums keep a
+                # longer prefix, but it changes the order of float sums, and with it decisions)
+                built = []
                 for j in a.present.values():
-                    if j.state == _WAITING:
-                        s = j.snap
-                        built.append(s if s is not None else snapshot(j, t))
-                    else:
-                        moving.append(snapshot(j, t))
-                snaps = tuple(built + moving) if moving else tuple(built)
+                    s = j.snap if j.state == _WAITING else None
+                    built.append(s if s is not None else snapshot(j, t))
+                snaps = tuple(built)
                 if not a.running:  # all waiting: the same snapshots until one of its jobs changes
                     a.snaps = snaps
             for s in snaps:
