@@ -298,15 +298,23 @@ install_slurm25() {
   build_slurm25 "$src"
 }
 
-build_slurm25() {
-  local src=$1 work
+# What building Slurm 25.11 from source needs (Debian packages), and its configure, for both builds below.
+slurm25_build_deps() {
   export DEBIAN_FRONTEND=noninteractive
   apt-get install -y -qq --no-install-recommends build-essential libmunge-dev libjson-c-dev liblua5.3-dev \
     libyaml-dev libhttp-parser-dev pkg-config libreadline-dev libdbus-1-dev libjwt-dev libmariadb-dev >/dev/null
+}
+slurm25_configure() {
+  ./configure -q --prefix="$SLURM25_PREFIX" --sysconfdir="$SLURM25_PREFIX/etc" --with-munge --enable-pam=no \
+    --enable-multiple-slurmd
+}
+
+build_slurm25() {
+  local src=$1 work
+  slurm25_build_deps
   work=$(mktemp -d)
   tar xJf "$src" -C "$work"
-  (cd "$work"/slurm-25.11.* && ./configure -q --prefix="$SLURM25_PREFIX" --sysconfdir="$SLURM25_PREFIX/etc" \
-      --with-munge --enable-pam=no --enable-multiple-slurmd >/dev/null && make -s -j"$(nproc)" >/dev/null \
+  (cd "$work"/slurm-25.11.* && slurm25_configure >/dev/null && make -s -j"$(nproc)" >/dev/null \
       && make -s install >/dev/null) || die "building Slurm 25.11 from $src failed"
   rm -rf "$work"
 }
@@ -342,13 +350,10 @@ ensure_slurm25_mysql() {
   src=$(ls "$SLURM_DIST"/slurm-25.11.*.tar.xz 2>/dev/null | grep -v debian12 | head -1 || true)
   [ -n "$src" ] || die "$so is missing and there is no Slurm 25.11 source tarball in $SLURM_DIST to build it from"
   log "building Slurm 25.11's accounting_storage/mysql plugin from $src (a few minutes, once)"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -qq --no-install-recommends build-essential libmunge-dev libjson-c-dev liblua5.3-dev \
-    libyaml-dev libhttp-parser-dev pkg-config libreadline-dev libdbus-1-dev libjwt-dev libmariadb-dev >/dev/null
+  slurm25_build_deps
   work=$(mktemp -d)
   tar xJf "$src" -C "$work"
-  (cd "$work"/slurm-25.11.* && ./configure -q --prefix="$SLURM25_PREFIX" --sysconfdir="$SLURM25_PREFIX/etc" \
-      --with-munge --enable-pam=no --enable-multiple-slurmd \
+  (cd "$work"/slurm-25.11.* && slurm25_configure \
       && grep -q '^S\["WITH_MYSQL_TRUE"\]=""' config.status \
       && make -s -C src/plugins/accounting_storage/mysql \
       && install -m 0755 src/plugins/accounting_storage/mysql/.libs/accounting_storage_mysql.so "$so") \

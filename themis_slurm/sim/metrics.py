@@ -112,6 +112,35 @@ def app_t_id(model: FairnessModel, app_id: str, owner: str, arrival: float, cont
     return max(model.t_id(shell) / factor, path)
 
 
+def summarise(
+    rhos: np.ndarray, apps: Sequence[AppMetrics], busy_gpu_s: float, makespan: float, gpus: int, *,
+    mean_jct_s: float, ideal_gpu_s: float, n_jobs: int, preemptions: int, events: int, policy_calls: int,
+    wall_s: float,
+) -> Summary:
+    """The Summary of one run from its per-app rhos and totals: one definition for simulated runs
+    (:func:`compute`) and for what a real cluster did (:func:`actual_metrics`)."""
+    return Summary(
+        max_rho=float(rhos.max()),
+        median_rho=float(np.median(rhos)),
+        p95_rho=float(np.percentile(rhos, 95)),
+        jain=jain_index(1.0 / rhos),
+        frac_rho_le_1=float(np.mean(rhos <= 1.0 + 1e-9)),
+        gpu_hours=busy_gpu_s / 3600.0,
+        makespan_s=makespan,
+        mean_app_completion_s=float(np.mean([a.t_sh for a in apps])) if apps else 0.0,
+        mean_jct_s=mean_jct_s,
+        preemptions=preemptions,
+        utilization=busy_gpu_s / (gpus * makespan) if makespan > 0 else 0.0,
+        jain_rho=jain_index(rhos),
+        ideal_gpu_hours=ideal_gpu_s / 3600.0,
+        n_apps=len(apps),
+        n_jobs=n_jobs,
+        events=events,
+        policy_calls=policy_calls,
+        wall_s=wall_s,
+    )
+
+
 def compute(result: SimResult) -> Metrics:
     """All metrics of one run (see the module docstring)."""
     topo = result.topology
@@ -131,26 +160,13 @@ def compute(result: SimResult) -> Metrics:
     first = min((j.arrival for j in result.jobs), default=0.0)
     last = max((j.finish for j in result.jobs), default=0.0)
     makespan = last - first
-    summary = Summary(
-        max_rho=float(rhos.max()),
-        median_rho=float(np.median(rhos)),
-        p95_rho=float(np.percentile(rhos, 95)),
-        jain=jain_index(1.0 / rhos),
-        frac_rho_le_1=float(np.mean(rhos <= 1.0 + 1e-9)),
-        gpu_hours=busy / 3600.0,
-        makespan_s=makespan,
-        mean_app_completion_s=float(np.mean([a.t_sh for a in apps])) if apps else 0.0,
+    summary = summarise(
+        rhos, apps, busy, makespan, topo.size,
         mean_jct_s=float(np.mean([j.jct for j in result.jobs])) if result.jobs else 0.0,
-        preemptions=result.preemptions,
-        utilization=busy / (topo.size * makespan) if makespan > 0 else 0.0,
-        jain_rho=jain_index(rhos),
-        ideal_gpu_hours=math.fsum(j.true_work for j in result.jobs) / 3600.0,
-        n_apps=len(apps),
-        n_jobs=len(result.jobs),
-        events=result.events,
-        policy_calls=result.policy_calls,
+        ideal_gpu_s=math.fsum(j.true_work for j in result.jobs), n_jobs=len(result.jobs),
+        preemptions=result.preemptions, events=result.events, policy_calls=result.policy_calls,
         wall_s=result.wall_s,
-    )
+    )  # fmt: skip
     return Metrics(result.policy, summary, tuple(apps), result.util_times, result.util_busy, topo.size)
 
 
@@ -235,24 +251,10 @@ def actual_metrics(trace: Trace, topology: Topology, default_profile: str | None
         util_times.append(t)
         util_busy.append(level)
     nan = math.nan
-    summary = Summary(
-        max_rho=float(rhos.max()),
-        median_rho=float(np.median(rhos)),
-        p95_rho=float(np.percentile(rhos, 95)),
-        jain=jain_index(1.0 / rhos),
-        frac_rho_le_1=float(np.mean(rhos <= 1.0 + 1e-9)),
-        gpu_hours=busy / 3600.0,
-        makespan_s=makespan,
-        mean_app_completion_s=float(np.mean([x.t_sh for x in apps])),
+    summary = summarise(
+        rhos, apps, busy, makespan, topology.size,
         mean_jct_s=float(np.mean([end[j.job_id] - j.arrival_s for j in jobs])),
-        preemptions=nan,  # type: ignore[arg-type]
-        utilization=busy / (topology.size * makespan) if makespan > 0 else 0.0,
-        jain_rho=jain_index(rhos),
-        ideal_gpu_hours=math.fsum(j.gpu_seconds for j in jobs) / 3600.0,
-        n_apps=len(apps),
-        n_jobs=len(jobs),
-        events=nan,  # type: ignore[arg-type]
-        policy_calls=nan,  # type: ignore[arg-type]
-        wall_s=nan,
-    )
+        ideal_gpu_s=math.fsum(j.gpu_seconds for j in jobs), n_jobs=len(jobs),
+        preemptions=nan, events=nan, policy_calls=nan, wall_s=nan,  # type: ignore[arg-type]
+    )  # fmt: skip
     return Metrics(ACTUAL, summary, tuple(apps), tuple(util_times), tuple(util_busy), topology.size)
