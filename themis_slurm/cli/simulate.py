@@ -138,7 +138,7 @@ class _Progress:
               help="Call policies at most every this many seconds (0: at every event).")
 @click.option("--progress-interval", type=float, default=_SIM.progress_interval_s, show_default=True,
               help="Running jobs report their progress every this many seconds (0: never), as with "
-                   "`themis progress`; corrects over-estimates.")
+                   "`themis progress` does on Slurm.")
 @click.option("--elastic", is_flag=True, help="Make every job elastic (1..gpus GPUs).")
 @click.option("--node-shaped", is_flag=True, help="Jobs wider than a node ask for whole nodes.")
 @click.option("--max-jobs", type=click.IntRange(min=1), help="Only the first N jobs (quick runs).")

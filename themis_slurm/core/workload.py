@@ -150,23 +150,22 @@ def refine_by_progress(work: float, done_service: float, progress: float) -> tup
     work it has done, in [0, 1]) with `done_service` ideal GPU-seconds attained so far.
 
     The daemon (``themis progress`` on Slurm) and the simulator (``SimConfig.progress_interval_s``) both
-    use this. Two readings of a report, and the one with less work left wins:
-
-    * **against the estimate**: p of the estimate is done (a report further along than the service
-      believes knows about slow steps); (1 - p) x work remains;
-    * **against the job's own rate**: it took done_service for `progress` of the job, so the rest needs
-      done_service x (1 - p) / p. This is what corrects an over-estimate (a time limit 3x the true run
-      time): after one report, the remaining work is what the job's rate says.
+    use this. A report is read against the estimate: p of it is done, (1 - p) x work remains. A report
+    further along than the service believes knows about slow steps; one behind it changes nothing.
 
     A report is the user's word, so it only ever moves `done` forward and never changes `work`: the
     remaining work is never above ``work - done_service`` (no report) and never below
     :data:`REPORT_MIN_REMAINING` of the estimate while the job runs, and T_id, which is computed from
-    `work`, is the same with or without a report. (Shrinking `work` instead would shrink T_id, and an app
-    that has waited long would see its rho *rise* with a report it makes up: a report must only ever make
-    an app look better off.)
+    `work`, is the same with or without a report: a report can only make its app look better off.
+
+    Why not also read it against the job's own rate (service x (1 - p) / p left, which would correct a
+    time limit 3x too long)? Measured (docs/design.md, "The simulator"): with T_id still from the estimate,
+    the remaining work of the jobs that report is corrected and the rest of their app's numbers are not,
+    so apps whose jobs ran look better off than they are; on the 84-app workload with uniform 1-3x
+    over-estimates Themis's max rho went from 1.56 without reports to 1.80 with them. Shrinking `work` as
+    well would make T_id follow, but then a made-up report raises the rho of an app that has waited long
+    (201.8 -> 219.6 in a check): reports could buy GPUs. Read against the estimate, p makes an app's
+    remaining work and its T_id wrong by the same factor, which rho divides out.
     """
     floor = REPORT_MIN_REMAINING * work
-    remaining = work - min(max(progress * work, done_service), work - floor)
-    if progress > 0.0:
-        remaining = min(remaining, max(done_service * (1.0 - progress) / progress, floor))
-    return work - remaining, work
+    return min(max(progress * work, done_service), work - floor), work

@@ -77,7 +77,7 @@ def done_and_work(work: float, done_service: float, progress: float | None) -> t
     A progress report refines attained service (:func:`~themis_slurm.core.workload.refine_by_progress`,
     shared with the simulator): it is the user's word, so it can only make the job look *further along*:
     the remaining work is never above the estimate fixed at submit minus the work already done at the
-    job's placement (``done_service``), and a report also corrects an over-estimate by the job's own rate.
+    job's placement (``done_service``).
     The loop also drops a report lower than the last accepted one (`planning.account`). Without a report,
     service is the measure. A job that outruns its estimate gets a longer one first, with or without a
     report (the simulator bumps its estimates the same way).

@@ -17,7 +17,7 @@ Model (choices and why):
 * **Progress reports** (``SimConfig.progress_interval_s``, off by default): a running job reports its true
   fraction done every that many seconds of its run, as a Slurm job does with ``themis progress``; policies
   then see (done, work) refined by the last report exactly as the daemon refines them
-  (:func:`~themis_slurm.core.workload.refine_by_progress`), which corrects over-estimates by the job's rate.
+  (:func:`~themis_slurm.core.workload.refine_by_progress`: p of the estimate is done).
 * **Preemption** keeps progress (the job checkpoints on SIGUSR1, as the daemon asks Slurm jobs to) and the
   job pays ``restart_cost_s`` of no progress when it next starts (also on a migration), while holding its
   GPUs: restart cost is GPU time used, as on a real cluster.

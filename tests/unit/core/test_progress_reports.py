@@ -9,11 +9,12 @@ import pytest
 from themis_slurm.core.workload import REPORT_MIN_REMAINING, refine_by_progress
 
 
-def test_a_report_corrects_an_over_estimate_by_the_jobs_rate() -> None:
+def test_a_report_is_read_against_the_estimate() -> None:
     # true work 100, estimated 300 (a time limit 3x too long); after 40 GPU-s the job reports 40 %
     done, work = refine_by_progress(300.0, 40.0, 0.4)
-    assert work == 300.0  # the estimate (and so T_id) stays
-    assert work - done == pytest.approx(60.0)  # what the job's rate says: 40 x 0.6 / 0.4, not 0.6 x 300
+    assert (done, work) == (120.0, 300.0)  # 40 % of the estimate; the estimate (and so T_id) stays
+    # remaining / estimate is now the true 60 %: both are 3x too large, which rho = T_sh / T_id divides out
+    assert (work - done) / work == pytest.approx(0.6)
 
 
 def test_exact_estimates_are_unchanged_by_exact_reports() -> None:

@@ -43,9 +43,8 @@ def test_malformed_progress_is_ignored_with_a_reason(slurm: FakeSlurm) -> None:
 
 def test_done_and_work() -> None:
     assert done_and_work(100.0, 30.0, None) == (30.0, 100.0, "")
-    # half done after 30 GPU-s: the job's own rate says 30 more, less than the estimate's 50; the estimate
-    # itself (and so T_id) stays
-    assert done_and_work(100.0, 30.0, 0.5) == (70.0, 100.0, "")
+    # half done after 30 GPU-s: half of the estimate is done; the estimate itself (and so T_id) stays
+    assert done_and_work(100.0, 30.0, 0.5) == (50.0, 100.0, "")
     done, work, _ = done_and_work(100.0, 30.0, 1.0)
     assert work - done > 0, "a running job is never treated as finished"
     done, work, note = done_and_work(100.0, 150.0, None)
@@ -65,9 +64,8 @@ def test_progress_never_makes_a_job_look_less_done_than_its_service() -> None:
     # reported 0 % after 30 GPU-s of service on a 100 GPU-s estimate: still 30 done, 70 remaining at most
     assert done_and_work(100.0, 30.0, 0.0) == (30.0, 100.0, "")
     assert done_and_work(100.0, 30.0, 0.1) == (30.0, 100.0, "")
-    # a report further along than the service is believed (it knows about slow steps), and its rate
-    # (30 GPU-s for 80 %) leaves 7.5 to do
-    assert done_and_work(100.0, 30.0, 0.8) == (92.5, 100.0, "")
+    # a report further along than the service is believed (it knows about slow steps)
+    assert done_and_work(100.0, 30.0, 0.8) == (80.0, 100.0, "")
     # past its estimate with a report: stretched first (as without a report), then the report can only
     # shorten what is left; still running, so never done
     done, work, note = done_and_work(100.0, 150.0, 0.2)
