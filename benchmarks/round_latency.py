@@ -118,7 +118,7 @@ def time_ftf(state, repeats: int) -> tuple[float, float]:
     from themis_slurm.policies.base import PolicyContext
     from themis_slurm.policies.ftf import ftf_shares
 
-    capacity = float(len(state.free) + sum(len(lease.gpus) for lease in state.leases))
+    capacity = float(state.managed_gpus)
     solve, whole = [], []
     for _ in range(repeats):
         model = FairnessModel(state.topology, state.cluster_gpus or state.topology.size)

@@ -29,6 +29,11 @@ class ClusterState:
     cluster_gpus: int | None = None
     unavailable: frozenset[int] = frozenset()
 
+    @property
+    def managed_gpus(self) -> int:
+        """The GPUs policies share out over time: free now plus leased (never the unavailable ones)."""
+        return len(self.free) + sum(len(lease.gpus) for lease in self.leases)
+
 
 def check_state(state: ClusterState) -> dict[str, Job]:
     """Every app's jobs by id, after checking the state is consistent; ValueError naming the fault when not.

@@ -76,7 +76,7 @@ class FairSharePolicy:
     def schedule(self, ctx: PolicyContext) -> Decision:
         pad = BaselineScratchpad(ctx.state, self.name)
         now = pad.now
-        capacity = len(ctx.state.free) + sum(len(lease.gpus) for lease in ctx.state.leases)
+        capacity = ctx.state.managed_gpus
         demand = {a.id: float(sum(j.gpus for j in a.jobs)) for a in ctx.state.apps}
         share = water_fill(capacity, demand)
         held = {aid: float(n) for aid, n in pad.app_gpus().items()}

@@ -58,7 +58,7 @@ class MaxMinPolicy:
     def schedule(self, ctx: PolicyContext) -> Decision:
         pad = BaselineScratchpad(ctx.state, self.name)
         now = pad.now
-        capacity = len(ctx.state.free) + sum(len(lease.gpus) for lease in ctx.state.leases)
+        capacity = ctx.state.managed_gpus
         x = self.fractions(ctx, capacity)
 
         def priority(j: Job) -> float:
