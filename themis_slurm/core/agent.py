@@ -215,18 +215,33 @@ class Agent:
     def valuations(self, pool: Pool, within: Iterable[str] | None = None) -> list[Bundle]:
         """Bundles of growing size: the gangs that fit, packed one after the other.
 
-        The pool is left as it was (GPUs are taken while packing and returned at the end).
+        The pool is left as it was (GPUs are taken while packing and returned at the end). A job that
+        needs more GPUs than are free where it may go (`within`, or the pool) is skipped without a
+        placement attempt, which could only fail: an app bids with up to a hundred waiting jobs, and the
+        pool of a round is often a few GPUs. Lease holders are always tried (a home may lie outside
+        `within`).
         """
         within = list(within) if within is not None else None
+        homes = self.homes
         gangs: list[Gang] = []
         bundles: list[Bundle] = []
         x = 0.0
+
+        def free_here() -> int:
+            return pool.size if within is None else sum(pool.node_free(n) for n in within)
+
+        free = free_here()
         try:
             for job in self.jobs:
+                if job.min_gpus > free and not (homes and job.id in homes):
+                    if free == 0 and not homes:
+                        break  # nothing fits any more (no home can still be renewed)
+                    continue
                 gang = self.place(job, pool, within)
                 if gang is None:
                     continue
                 pool.take(gang.gpus)
+                free = free_here()
                 gangs.append(gang)
                 x += gang.throughput
                 rho = self.rho_of(x)
