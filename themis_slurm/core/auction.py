@@ -7,7 +7,9 @@ Cole, Gkatzelis and Goel's partial allocation mechanism). Two solvers, each with
 * :class:`ExactSolver` -- a MILP (scipy.optimize.milp, HiGHS) over every bidder's valuation table plus
   placement alternatives (packed within each rack, and each node on small clusters) and the fast solver's
   own bundles (with and without each bidder), so that it is never worse than the fast solver. The
-  oracle, and used for small rounds.
+  oracle, and used for small rounds. Instances of one or two apps (most of them: rounds with one or two
+  bidders, and the payments' re-solves without a winner) are solved by enumeration instead, exactly, with
+  ties broken towards fewer GPUs (:meth:`ExactSolver._enumerate`).
 * :class:`FastSolver` -- greedy on marginal log-gain per GPU with lazy updates: every app's next gang is
   placed against the live pool and kept in a heap; a popped entry whose GPUs were taken meanwhile is
   re-placed and pushed back. The objective is concave in each app's throughput, which is why marginal
@@ -331,6 +333,8 @@ class ExactSolver:
         if not cands:
             return Allocation({}, 0.0, self.name)
         apps = sorted({b.app_id for b in cands})
+        if len(apps) <= 2:
+            return self._enumerate(cands, apps)
         gpus = sorted(set().union(*(b.gpus for b in cands)))
         arow = {a: i for i, a in enumerate(apps)}
         grow = {g: len(apps) + i for i, g in enumerate(gpus)}
@@ -354,6 +358,41 @@ class ExactSolver:
         chosen = [cands[k] for k in np.flatnonzero(res.x > 0.5)]
         bundles = {b.app_id: b for b in chosen}
         return Allocation(bundles, sum(b.gain for b in chosen), self.name)
+
+    def _enumerate(self, cands: Sequence[Bundle], apps: Sequence[str]) -> Allocation:
+        """The optimum over one or two apps' bundles by enumeration (most rounds' MILPs: a round with one
+        or two bidders, and every payment re-solve of a round with two or three).
+
+        Exact, and deterministic where the MILP is not: among allocations of equal welfare (within 1e-12;
+        common, since a bundle past an app's critical path is worth no more than a smaller one) it takes
+        the one with the fewest GPUs, which leaves the rest to the leftover; then a fixed order (gain,
+        then candidate order). HiGHS stops within its default relative gap of 1e-4 and picks among ties as its search
+        happens to go.
+        """
+        eps = 1e-12
+        first = [b for b in cands if b.app_id == apps[0]]
+        best: tuple[Bundle, ...] = ()
+        best_v, best_n = 0.0, 0
+        for b in cands:  # single bundles
+            v, n = b.gain, len(b.gpus)
+            if v > best_v + eps or (v >= best_v - eps and best and n < best_n):
+                best, best_v, best_n = (b,), v, n
+        if len(apps) == 2:
+            second = sorted((b for b in cands if b.app_id == apps[1]), key=lambda b: -b.gain)
+            top = second[0].gain
+            for a in sorted(first, key=lambda b: -b.gain):
+                if a.gain + top < best_v - eps:
+                    break
+                for b in second:
+                    v = a.gain + b.gain
+                    if v < best_v - eps:
+                        break
+                    if not a.gpus.isdisjoint(b.gpus):
+                        continue
+                    n = len(a.gpus) + len(b.gpus)
+                    if v > best_v + eps or n < best_n:
+                        best, best_v, best_n = (a, b), v, n
+        return Allocation({b.app_id: b for b in best}, sum(b.gain for b in best), self.name)
 
 
 # ------------------------------------------------------------------------------------------- payments

@@ -153,3 +153,47 @@ def test_keep_fraction_lottery_keeps_c_in_expectation() -> None:
     assert all(0.0 <= u < 1.0 for u in draws) and draws == [lottery(7, 100.0 + k, "a") for k in range(4000)]
     kept = sum(len(keep_fraction(won, 0.3, u)[0]) for u in draws) / len(draws)
     assert kept == pytest.approx(0.3 * 4, abs=0.05)  # E[kept throughput] = c x won
+
+
+def test_one_or_two_apps_enumerated_exactly_fewest_gpus_on_ties() -> None:
+    """Instances of one or two apps skip HiGHS: the enumeration finds the brute-force optimum, and among
+    equal-welfare answers the one with the fewest GPUs (a bundle past an app's critical path is worth no
+    more than a smaller one, so such ties are common)."""
+    rng = random.Random(11)
+    checked = 0
+    for _ in range(600):
+        state = random_state(rng, max_gpus=12)
+        agents, pool = agents_for(state)
+        if not agents or not pool.size:
+            continue
+        exact = ExactSolver()
+        cands = exact.candidates(agents, pool)
+        apps = sorted({b.app_id for b in cands})[:2]
+        cands = [b for b in cands if b.app_id in apps]
+        got = exact.solve_candidates(cands)
+        want = _brute_force(cands)
+        value = sum(b.gain for b in want.values())
+        assert got.objective == pytest.approx(value, abs=1e-9)
+        fewest = min(
+            sum(len(b.gpus) for b in combo if b is not None)
+            for combo in itertools.product(*([None, *[b for b in cands if b.app_id == a]] for a in apps))
+            if len({g for b in combo if b is not None for g in b.gpus})
+            == sum(len(b.gpus) for b in combo if b is not None)
+            and abs(sum(b.gain for b in combo if b is not None) - value) <= 1e-12
+        )
+        assert len(got.gpus) == fewest
+        assert not any(b.gpus & o.gpus for b in got.bundles.values() for o in got.bundles.values() if o is not b)
+        checked += 1
+    assert checked >= 100
+
+
+def test_enumeration_tie_takes_the_smaller_bundle() -> None:
+    from themis_slurm.core.agent import Gang
+    from themis_slurm.core.topology import Level
+
+    small = Bundle("a", (Gang("j1", frozenset({0}), Level.ISLAND, 1.0),), 0.5, 0.7)
+    wide = Bundle("a", (Gang("j1", frozenset({0}), Level.ISLAND, 1.0), Gang("j2", frozenset({1}), Level.ISLAND, 1.0)),
+                  0.5, 0.7)  # fmt: skip
+    for order in ([wide, small], [small, wide]):
+        got = ExactSolver().solve_candidates(order)
+        assert got.bundles["a"].gpus == frozenset({0})
