@@ -24,6 +24,7 @@ Conventions shared by all baselines (each module restates what it relies on):
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -298,22 +299,39 @@ class BaselineScratchpad:
         started: dict[str, list[Grant]] = {}
         for g in self.granted.values():
             started.setdefault(g.app_id, []).append(g)
+        # per app, counted from the few active and preempted jobs instead of scanning every app's jobs
+        # (a contended cluster has thousands waiting): active = kept or granted, each job once
+        held_by: dict[str, int] = {}
+        for jid in self._kept:
+            aid = self.jobs[jid].app_id
+            held_by[aid] = held_by.get(aid, 0) + 1
+        for jid, g in self.granted.items():
+            if jid not in self._kept:
+                held_by[g.app_id] = held_by.get(g.app_id, 0) + 1
+        lost_by: dict[str, list[str]] = {}
+        for jid in self.preempted:
+            if jid not in self.granted:
+                lost_by.setdefault(self.jobs[jid].app_id, []).append(jid)
+        why_wait = self.why_wait
         records: dict[str, AppRecord] = {}
         for app in self.state.apps:
             aid = app.id
             gs = started.get(aid, [])
             n_gpus = sum(len(g.gpus) for g in gs)
-            waiting = [j for j in app.jobs if not self.is_active(j.id)]
-            lost = [jid for jid in self.preempted if self.jobs[jid].app_id == aid and jid not in self.granted]
-            held = sum(1 for j in app.jobs if self.is_active(j.id))
+            lost = lost_by.get(aid, ())
+            held = held_by.get(aid, 0)
+            n_waiting = len(app.jobs) - held
             parts = [f"{self.policy}: {held} running"]
             if gs:
                 parts.append(f"started {len(gs)} job(s) on {n_gpus} GPU(s)")
             if lost:
                 parts.append(f"{len(lost)} preempted ({self.preempted[lost[0]]})")
-            if waiting:
-                first = next((self.why_wait[j.id] for j in waiting if j.id in self.why_wait), "")
-                parts.append(f"{len(waiting)} waiting" + (f" ({first})" if first else ""))
+            if n_waiting:
+                first = ""
+                if why_wait:  # the first waiting job, in app order, that has a reason
+                    active = self.is_active
+                    first = next((why_wait[j.id] for j in app.jobs if j.id in why_wait and not active(j.id)), "")
+                parts.append(f"{n_waiting} waiting" + (f" ({first})" if first else ""))
             parts.extend(self.notes.get(aid, []))
             records[aid] = AppRecord(
                 app_id=aid,
@@ -359,10 +377,17 @@ def priority_fill(
     backfill); otherwise smaller jobs further down may use what is left (work conservation).
     """
     short_of = math.inf  # smallest need that failed for lack of GPUs, free or displaceable
-    for job in ranked:
+    for k, job in enumerate(ranked):
         if pad.is_active(job.id):
             continue
-        got = placer(job, pad.pool)
+        if not pad.pool.size and victims_for is None and not strict:
+            # nothing can be placed any more: the rest wait, as the loop would say, without a placement try
+            for later in itertools.islice(ranked, k, None):
+                if not pad.is_active(later.id):
+                    pad.wait(later, "does not fit")
+            return
+        # a placement takes at least min_gpus GPUs of the pool: no call that could only fail
+        got = placer(job, pad.pool) if pad.pool.size >= job.min_gpus else None
         if got is None and victims_for is not None and job.min_gpus < short_of:
             victims = [v for v in victims_for(job) if v in pad.holding() and pad.jobs[v].preemptible]
             if pad.pool.size + sum(len(pad.running[v].gpus) for v in victims) < job.min_gpus:

@@ -91,8 +91,14 @@ class SlurmPolicy:
         self._account(now)
         owner = {a.id: a.owner for a in ctx.state.apps}
         users = len(set(owner.values()) | set(self.usage)) or 1
-        prio = {j.id: self.priority(j, owner[j.app_id], now, users) for j in pad.waiting()}
-        order = sorted(pad.waiting(), key=lambda j: (-prio[j.id], j.submit, j.id))
+        waiting = pad.waiting()
+        factor: dict[str, float] = {}  # user -> fair-share factor: one sum over the usage per user, not per job
+        for u in set(owner.values()):
+            factor[u] = self.fairshare(u, users)
+        age_w, fs_w, max_age = self.weight_age, self.weight_fairshare, self.max_age
+        prio = {j.id: age_w * min(1.0, max(0.0, now - j.submit) / max_age) + fs_w * factor[owner[j.app_id]]
+                for j in waiting}  # fmt: skip  (SlurmPolicy.priority, with the factor computed once per user)
+        order = sorted(waiting, key=lambda j: (-prio[j.id], j.submit, j.id))
 
         shadow: float | None = None  # reservation start
         reserved: frozenset[int] = frozenset()
@@ -133,7 +139,7 @@ class SlurmPolicy:
         for a in ctx.state.apps:
             best = max((prio[j.id] for j in a.jobs if j.id in prio), default=None)
             if best is not None:
-                pad.note(a.id, f"priority {best:.0f} (fair share {self.fairshare(a.owner, users):.3f})")
+                pad.note(a.id, f"priority {best:.0f} (fair share {factor[a.owner]:.3f})")
         self._holding = {}
         for jid in pad.jobs:
             if pad.is_active(jid):
