@@ -64,8 +64,9 @@ class Scale:
     solver: str = "fast"  # Themis's winner determination (the exact MILP is ~6x slower at 84 apps, same results)
 
 
-# Measured here (84 apps, 64 GPUs, fast solver): Themis about 2 min per run, the baselines 0.5 to 1 min;
-# with 2 worker processes the whole evaluation takes about 30 to 40 min.
+# Measured here (session 6, one worker while the other core was busy): 88 simulations, 124 min in all;
+# Themis 1.4 to 5 min per 84-app run (34 min in all), ftf 28 min, maxmin 19, tiresias 15, the rest under 10;
+# with 2 worker processes on an idle machine, about an hour.
 FULL = Scale(apps=84, seed=0, round_interval_s=120.0, philly_jobs=None, f_values=(0.5, 0.8, 0.95),
              lease_values=(300.0, 600.0, 1200.0), contention_values=(1.0, 2.0),
              sensitive_values=(0.0, 1.0), extra_seeds=(1, 2))  # fmt: skip
