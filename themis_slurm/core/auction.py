@@ -366,8 +366,8 @@ class ExactSolver:
         Exact, and deterministic where the MILP is not: among allocations of equal welfare (within 1e-12;
         common, since a bundle past an app's critical path is worth no more than a smaller one) it takes
         the one with the fewest GPUs, which leaves the rest to the leftover; then a fixed order (gain,
-        then candidate order). HiGHS stops within its default relative gap of 1e-4 and picks among ties as its search
-        happens to go.
+        then candidate order). HiGHS stops within its default relative gap of 1e-4 and picks among ties
+        as its search happens to go.
         """
         eps = 1e-12
         first = [b for b in cands if b.app_id == apps[0]]

@@ -81,8 +81,11 @@ class SlurmPolicy:
         return 2.0 ** (-(self.usage.get(user, 0.0) / total) * users)
 
     def priority(self, job: Job, owner: str, now: float, users: int) -> float:
+        return self._priority(job, now, self.fairshare(owner, users))
+
+    def _priority(self, job: Job, now: float, fairshare: float) -> float:
         age = min(1.0, max(0.0, now - job.submit) / self.max_age)
-        return self.weight_age * age + self.weight_fairshare * self.fairshare(owner, users)
+        return self.weight_age * age + self.weight_fairshare * fairshare
 
     # ----------------------------------------------------------------- schedule
     def schedule(self, ctx: PolicyContext) -> Decision:
@@ -95,9 +98,7 @@ class SlurmPolicy:
         factor: dict[str, float] = {}  # user -> fair-share factor: one sum over the usage per user, not per job
         for u in set(owner.values()):
             factor[u] = self.fairshare(u, users)
-        age_w, fs_w, max_age = self.weight_age, self.weight_fairshare, self.max_age
-        prio = {j.id: age_w * min(1.0, max(0.0, now - j.submit) / max_age) + fs_w * factor[owner[j.app_id]]
-                for j in waiting}  # fmt: skip  (SlurmPolicy.priority, with the factor computed once per user)
+        prio = {j.id: self._priority(j, now, factor[owner[j.app_id]]) for j in waiting}
         order = sorted(waiting, key=lambda j: (-prio[j.id], j.submit, j.id))
 
         shadow: float | None = None  # reservation start
