@@ -12,7 +12,6 @@ import math
 
 from themis_slurm.core.agent import Agent
 from themis_slurm.core.decision import Renewal, RenewalCause
-from themis_slurm.core.fairness import job_throughput
 from themis_slurm.core.placement import Pool
 from themis_slurm.core.round_state import RoundState
 
@@ -52,13 +51,19 @@ def rank_by_rho(rs: RoundState) -> None:
     app's rho is discounted by what a move costs (as its bids are), so that leases do not flip between
     near-equal apps.
     """
-    topo = rs.state.topology
+    held, jobs = rs.held, rs.jobs
+    throughput_on = rs.model.job_facts.throughput_on  # type: ignore[union-attr]
+    kept: dict[str, float] = {}  # app -> throughput of the leases it keeps, summed in lease order
+    for jid, lease in held.items():
+        job = jobs[jid]
+        kept[job.app_id] = kept.get(job.app_id, 0.0) + throughput_on(job, lease.gpus)
+    homing = {jobs[jid].app_id for jid in rs.homes}
     for app in rs.state.apps:
-        base = sum(job_throughput(j, rs.held[j.id].gpus, topo) for j in app.jobs if j.id in rs.held)
+        base = kept.get(app.id, 0.0)
+        waiting = [j for j in app.jobs if j.id not in held] if app.id in kept else list(app.jobs)
         rs.rho_now[app.id] = rs.model.rho(app, rs.now, base)
-        waiting = [j for j in app.jobs if j.id not in rs.held]
         if waiting:
-            homes = {j.id: rs.homes[j.id] for j in waiting if j.id in rs.homes}
+            homes = {j.id: rs.homes[j.id] for j in waiting if j.id in rs.homes} if app.id in homing else {}
             rs.agents[app.id] = Agent(app, rs.model, rs.now, base, waiting, homes, rs.restart_discount)
     urgency = {a: rs.rho_now[a] * (1.0 if ag.homes else 1.0 - rs.restart_discount) for a, ag in rs.agents.items()}
     rs.ranked = sorted(rs.agents, key=lambda a: (-urgency[a], a))

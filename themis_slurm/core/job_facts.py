@@ -49,6 +49,7 @@ class JobFactsCache:
         self._topology: Topology | None = None
         self._facts: dict[int, JobFacts] = {}
         self._factors: dict[tuple, float] = {}  # (gpus, gpus_per_node, nodes, profile) -> best factor
+        self._throughputs: dict[tuple, float] = {}  # (profile, GPU set) -> throughput (throughput_on)
         #: app id -> (the waiting jobs as passed, what the agent derived from them: see Agent.__init__)
         self.orders: dict[str, tuple[list[Job], tuple]] = {}
         #: app id -> (its jobs, its arrival, the running sums over them that FairnessModel.facts needs)
@@ -62,10 +63,12 @@ class JobFactsCache:
             self._topology = topology
             self._facts = {}
             self._factors = {}
+            self._throughputs = {}
             self.orders = {}
             self.sums = {}
         elif len(self._facts) > limit:
             self._facts = {}
+            self._throughputs = {}
             self.orders = {}
             self.sums = {}
 
@@ -77,6 +80,19 @@ class JobFactsCache:
             assert self._topology is not None, "call use(topology, n) first"
             level = self._topology.best_level(job.gpus, job.gpus_per_node, job.nodes)
             cached = self._factors[key] = get_profile(job.profile).factor(level)
+        return cached
+
+    def throughput_on(self, job: Job, gpus: frozenset[int]) -> float:
+        """:func:`~themis_slurm.core.fairness.job_throughput` of `job` on `gpus` (a lease's GPUs), kept per
+        (profile, GPU set): a lease's GPUs are read again at every round until it ends."""
+        key = (job.profile, gpus)
+        cached = self._throughputs.get(key)
+        if cached is None:
+            assert self._topology is not None, "call use(topology, n) first"
+            cached = 0.0
+            if gpus:
+                cached = self._throughputs[key] = len(gpus) * get_profile(job.profile).factor(
+                    self._topology.level_of(gpus))
         return cached
 
     def get(self, job: Job) -> JobFacts:

@@ -33,8 +33,8 @@ Model (choices and why):
   contention is the time-average of max(1, N) over its life so far, which is what
   :class:`~themis_slurm.core.fairness.ContentionClock` computes; a single cluster-wide clock is kept and each
   app remembers its integral at arrival, so the cost per event does not grow with the number of apps.
-* The state passed to the policy holds only apps with present jobs and only their present jobs (in arrival
-  order); an app's
+* The state passed to the policy holds only apps with present jobs and only their present jobs (waiting
+  ones first, then running ones, each in arrival order); an app's
   ``finished_work`` is the true work of its completed jobs and ``peak_gpus`` its peak concurrent demand.
 
 Every decision is validated (:mod:`themis_slurm.sim.validate`) before it is applied; a bad one raises
@@ -232,7 +232,8 @@ class _A:
         self.finish = math.nan
         self.contention = 1.0
         self.running = 0  # of its present jobs
-        #: its jobs' snapshots while none runs and none came or went (all cached waiting snapshots)
+        #: the snapshots of its waiting jobs while none of them starts and none comes or goes (each is the
+        #: job's cached waiting snapshot); running jobs are snapshot afresh at every call
         self.snaps: tuple[Job, ...] | None = None
 
 
@@ -553,17 +554,16 @@ class Simulator:
         n_now = max(1, len(self._active))
         snapshot = self._snapshot
         for a in self._active.values():
+            # waiting jobs first, then running ones, each in arrival order: the waiting snapshots are the
+            # same objects call after call, so the core's per-app running sums (FairnessModel.facts) keep
+            # them as a prefix and recompute only the running jobs, whose done work moved
             snaps = a.snaps
             if snaps is None:
-                # in arrival order (listing waiting jobs first would let the core's running sums keep a
-                # longer prefix, but it changes the order of float sums, and with it decisions)
-                built = []
-                for j in a.present.values():
-                    s = j.snap if j.state == _WAITING else None
-                    built.append(s if s is not None else snapshot(j, t))
-                snaps = tuple(built)
-                if not a.running:  # all waiting: the same snapshots until one of its jobs changes
-                    a.snaps = snaps
+                snaps = a.snaps = tuple(
+                    j.snap or snapshot(j, t) for j in a.present.values() if j.state == _WAITING
+                )
+            if a.running:
+                snaps += tuple(snapshot(j, t) for j in a.present.values() if j.state == _RUNNING)
             for s in snaps:
                 jobs[s.id] = s
             contention = (self._cint - a.cint0) / (t - a.arrival) if t > a.arrival else n_now

@@ -8,7 +8,7 @@ from themis_slurm.core.arbiter import ArbiterConfig, run_round
 from themis_slurm.core.decision import Decision
 from themis_slurm.core.job_facts import JobFactsCache
 from themis_slurm.core.topology import Topology
-from themis_slurm.policies.base import PolicyContext
+from themis_slurm.policies.base import PolicyContext, ThemisPolicy
 from themis_slurm.sim.engine import SimConfig, Simulator
 from themis_slurm.sim.workload_paper import scaled_workload
 
@@ -93,3 +93,52 @@ def test_models_without_a_cache_share_one_and_still_agree_with_a_fresh_one() -> 
         fresh.job_facts.use(topo, 0)
         assert shared.job_facts is SHARED
         assert shared.facts(app) == fresh.facts(app), step
+
+
+def test_throughput_on_a_lease_is_job_throughput() -> None:
+    """The kept per-(profile, GPU set) throughput of a lease equals job_throughput, on every level."""
+    from themis_slurm.core.fairness import job_throughput
+    from themis_slurm.core.workload import Job
+
+    topo = Topology.uniform(2, 2, 4, islands_per_node=2)
+    cache = JobFactsCache()
+    cache.use(topo, 0)
+    for profile in ("vgg16", "resnet50", "low"):
+        for gpus in ({0}, {0, 1}, {0, 2}, {0, 4}, {0, 8}, set(range(16)), set()):
+            job = Job("j", "a", max(1, len(gpus)), 100.0, profile=profile)
+            want = job_throughput(job, gpus, topo)
+            assert cache.throughput_on(job, frozenset(gpus)) == want
+            assert cache.throughput_on(job, frozenset(gpus)) == want  # kept
+
+
+def test_the_simulator_lists_waiting_jobs_first_and_keeps_their_snapshots() -> None:
+    """Waiting jobs first (the same snapshot objects call after call), then running ones: the core's running
+    sums then keep the waiting jobs as a prefix (FairnessModel.facts)."""
+    trace = scaled_workload(1, n_apps=3, jobs_per_app=12, duration_scale=0.05, app_interarrival_s=30)
+    seen: dict[str, tuple] = {}
+    kept = [0]
+
+    class Look:
+        name = "look"
+        grants_only_free_or_expired = True
+
+        def __init__(self) -> None:
+            self.inner = ThemisPolicy(ArbiterConfig(solver="fast"))
+
+        def schedule(self, ctx: PolicyContext) -> Decision:
+            held = {lease.job_id for lease in ctx.state.leases}
+            for app in ctx.state.apps:
+                flags = [j.id in held for j in app.jobs]
+                assert flags == sorted(flags), f"running job before a waiting one in {app.id}"
+                waiting = tuple(j for j in app.jobs if j.id not in held)
+                before = seen.get(app.id)
+                if before is not None and [j.id for j in before] == [j.id for j in waiting]:
+                    kept[0] += all(a is b for a, b in zip(before, waiting, strict=True))
+                seen[app.id] = waiting
+            return self.inner.schedule(ctx)
+
+        def next_wakeup(self, now: float) -> float | None:
+            return None
+
+    Simulator(trace, Topology.uniform(1, 2, 4), Look(), SimConfig()).run()
+    assert kept[0] > 10
