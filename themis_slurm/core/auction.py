@@ -10,9 +10,9 @@ Cole, Gkatzelis and Goel's partial allocation mechanism). Two solvers, each with
   oracle, and used for small rounds. Instances of one or two apps (most of them: rounds with one or two
   bidders, and the payments' re-solves without a winner) are solved by enumeration instead, exactly, with
   ties broken towards fewer GPUs (:meth:`ExactSolver._enumerate`).
-* :class:`FastSolver` -- greedy on marginal log-gain per GPU with lazy updates: every app's next gang is
-  placed against the live pool and kept in a heap; a popped entry whose GPUs were taken meanwhile is
-  re-placed and pushed back. The objective is concave in each app's throughput, which is why marginal
+* :class:`FastSolver` -- greedy on marginal log-gain per GPU with lazy placement: every app waits in a
+  heap under an upper bound of its next gang's priority and is placed only when it reaches the top,
+  against the live pool (:func:`greedy_fill`). The objective is concave in each app's throughput, which is why marginal
   greedy gets within a hair of the optimum (tests/unit/core/test_auction.py measures it).
 
 Hidden payments: winner i keeps the fraction
@@ -92,9 +92,12 @@ def greedy_fill(
 
     Jobs of one kind (same shape and profile) are interchangeable, so each app keeps one queue per kind
     and only the head of each queue is placed; a kind that does not fit is dropped for the rest of the
-    fill (the pool only shrinks). A kind's placement is reused while all its GPUs stay free, and its
-    priorities while the app's throughput is unchanged (both are pure functions of what they are keyed
-    on, so the fill decides exactly as if it recomputed them).
+    fill (the pool only shrinks). Placement is lazy: an app whose next jobs are all plain (no shape, not
+    elastic, no home) is queued by an upper bound on its priority (its tightest placement factor) and
+    placed only when it reaches the top, against the pool as it is then; if the placement is worth less
+    than the bound, it goes back with its exact priority. So a gang is placed about once, not once per
+    app that took GPUs since it was queued. A kind's placement is reused while all its GPUs stay free, and
+    its priorities while the app's throughput is unchanged.
     """
     if by not in ("density", "gain", "rho"):
         raise ValueError(f"by must be density, gain or rho, got {by!r}")
@@ -113,14 +116,19 @@ def greedy_fill(
         st.queues = [[j for j in reversed(group) if j.id not in used] for group in a.kinds]
         st.cache = [None] * len(st.queues)
         states.append(st)
-    # heap entries: (-priority, app index, kind, offer); one per app at most, so (-priority, index) is unique
-    heap: list[tuple[float, int, int, tuple[frozenset[int], Level, float]]] = []
+    # heap entries: (-key, app index, kind, offer); one per app at most, so (-key, index) is unique. An entry
+    # with an offer holds the app's exact best next gang (placed when it was pushed); an entry without one
+    # (offer None) holds an upper bound on it, computed without placing anything (:func:`bound`), and is
+    # placed only when it reaches the top of the heap.
+    heap: list[tuple[float, int, int, tuple[frozenset[int], Level, float] | None]] = []
     log = math.log
     has = pool._free.issuperset  # Pool.has without its frame (the set is updated in place)
     best_fit = pool.best
+    inf = math.inf
 
-    def push(k: int) -> None:
-        """Queue the app's best next gang among its job kinds that still fit."""
+    def evaluate(k: int) -> tuple[float, int, tuple[frozenset[int], Level, float]] | None:
+        """The app's best next gang among its job kinds that still fit, placed in the pool as it is now:
+        (priority, kind, offer), or None when no kind fits (kinds that do not fit are dropped)."""
         st, ag = states[k], agents[k]
         plain = ag._plain
         x = st.x
@@ -177,22 +185,71 @@ def greedy_fill(
             for o, prio in zip(offers, prios, strict=True):
                 if best_o is None or prio > best_p + 1e-12:
                     best_p, best_o, best_q = prio, o, qi
-        if best_o is not None:
-            heapq.heappush(heap, (-best_p, k, best_q, best_o))
+        return None if best_o is None else (best_p, best_q, best_o)
+
+    def bound(k: int) -> float | None:
+        """An upper bound on the app's next priority without placing (None: no job left), or -inf when a
+        head job is not plain (shaped, elastic or with a home: those are placed at once, see push).
+
+        A plain job's gang can at best run at its profile's tightest factor, which only raises its
+        throughput and so its gain; with "rho" its priority does not depend on the placement at all."""
+        st, ag = states[k], agents[k]
+        plain = ag._plain
+        x = st.x
+        if st.log_at != x:
+            st.log_now, st.log_at = log(ag.rho_of(x)), x
+        log_now = st.log_now
+        top = None
+        for q in st.queues:
+            if not q:
+                continue
+            job = q[-1]
+            factors = plain.get(job.id)
+            if factors is None:
+                return -inf
+            if worst_first:
+                return log_now + log(ag.start_keep)  # the same for every plain kind
+            gain = log_now - log(ag.rho_of(x + job.gpus * factors[0] * ag.start_keep))
+            prio = gain / job.gpus if per_gpu else gain
+            if top is None or prio > top:
+                top = prio
+        return top
+
+    def push(k: int) -> None:
+        """Queue the app: a bound when all its head jobs are plain, else its exact best next gang."""
+        b = bound(k)
+        if b is None:
+            return
+        if b != -inf:
+            heapq.heappush(heap, (-b, k, -1, None))
+            return
+        found = evaluate(k)
+        if found is not None:
+            heapq.heappush(heap, (-found[0], k, found[1], found[2]))
+
+    def take(k: int, qi: int, offer: tuple[frozenset[int], Level, float]) -> None:
+        gpus, level, thr = offer
+        pool.take_free(gpus)
+        st = states[k]
+        st.gangs.append(Gang(st.queues[qi].pop().id, gpus, level, thr))
+        st.x += thr
+        push(k)
 
     for k in range(len(agents)):
         push(k)
     while heap:
-        _, k, qi, (gpus, level, thr) = heapq.heappop(heap)
-        if not has(gpus):
-            push(k)  # stale: someone took part of it; place this job again
+        _, k, qi, offer = heapq.heappop(heap)
+        if offer is not None and has(offer[0]):
+            take(k, qi, offer)
             continue
-        pool.take_free(gpus)
-        st = states[k]
-        q = st.queues[qi]
-        st.gangs.append(Gang(q.pop().id, gpus, level, thr))
-        st.x += thr
-        push(k)
+        found = evaluate(k)  # a bound, or an offer someone took part of: place the app now
+        if found is None:
+            continue
+        prio, qi, offer = found
+        if not heap or (-prio, k) <= heap[0][:2]:  # still first: hand it out
+            take(k, qi, offer)
+        else:
+            heapq.heappush(heap, (-prio, k, qi, offer))
     return {a.app_id: st.gangs for a, st in zip(agents, states, strict=True) if st.gangs}
 
 
