@@ -241,6 +241,18 @@ class BaselineScratchpad:
     def wait(self, job: Job, why: str) -> None:
         self.why_wait.setdefault(job.id, why)
 
+    def explain_waiting(self, why: Callable[[Job], str]) -> None:
+        """Set `why(job)` as the waiting reason of each app's first job (in app order) that holds no GPUs at
+        the end of the call: the one reason its AppRecord reports (:meth:`decision`), so a contended queue
+        of thousands is not formatted job by job."""
+        active = self.is_active
+        why_wait = self.why_wait
+        for app in self.state.apps:
+            for j in app.jobs:
+                if not active(j.id):
+                    why_wait[j.id] = why(j)
+                    break
+
     def note(self, app_id: str, text: str) -> None:
         self.notes.setdefault(app_id, []).append(text)
 

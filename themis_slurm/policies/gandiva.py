@@ -90,9 +90,8 @@ class GandivaPolicy:
         oversubscribed = any(not pad.is_active(j.id) for j in pad.jobs.values())
         expiry = self.epochs.after(now) if oversubscribed else INF
         pad.set_expiry(expiry)
-        for job in pad.jobs.values():
-            if not pad.is_active(job.id):
-                pad.why_wait[job.id] = f"time-sliced: next quantum at t={self.epochs.after(now):.0f}"
+        next_quantum = self.epochs.after(now)
+        pad.explain_waiting(lambda j: f"time-sliced: next quantum at t={next_quantum:.0f}")
         self._wake = expiry if oversubscribed else None
         return pad.decision(order, renew_expiry=expiry)
 

@@ -61,15 +61,16 @@ class MaxMinPolicy:
         capacity = ctx.state.managed_gpus
         x = self.fractions(ctx, capacity)
 
-        def priority(j: Job) -> float:
+        # priority X_j / received fraction (floored at _EPS), and the sort key
+        prio: dict[str, float] = {}
+        key: dict[str, tuple[float, float, str]] = {}
+        for jid, j in pad.jobs.items():
             age = now - j.submit
             received = j.service / (j.gpus * age) if age > _EPS else 0.0
-            return x[j.id] / max(received, _EPS)
-
-        prio = {jid: priority(j) for jid, j in pad.jobs.items()}
+            p = prio[jid] = x[jid] / (received if received > _EPS else _EPS)
+            key[jid] = (-p, j.submit, jid)
         at_boundary = self.epochs.on_boundary(now)
         rotatable = self.epochs.rotatable(pad)
-        key = {jid: (-prio[jid], pad.jobs[jid].submit, jid) for jid in pad.jobs}
         order = sorted([*pad.waiting(), *(pad.jobs[j] for j in rotatable)], key=lambda j: key[j.id])
 
         def placer(job: Job, pool: Pool) -> frozenset[int] | None:
@@ -81,17 +82,17 @@ class MaxMinPolicy:
             lower = [v for v in rotatable if v not in pad.preempted and key[v] > key[job.id]]
             return sorted(lower, key=lambda v: key[v], reverse=True)  # the lowest priority goes first
 
-        priority_fill(pad, order, placer, victims_for=victims, source="maxmin",
-                      preempt_reason=lambda j: f"lower time-share priority than job {j.id}")  # fmt: skip
+        # off a boundary with no slice over, nobody can be suspended: no victim search (victims() is empty)
+        priority_fill(pad, order, placer, victims_for=victims if at_boundary or rotatable else None,
+                      source="maxmin", preempt_reason=lambda j: f"lower time-share priority than job {j.id}")  # fmt: skip
         oversubscribed = any(not pad.is_active(j.id) for j in pad.jobs.values())
         expiry = self.epochs.after(now) if oversubscribed else INF
         pad.set_expiry(expiry)
         for a in ctx.state.apps:
             share = sum(x[j.id] * j.gpus for j in a.jobs)
             pad.note(a.id, f"{self.name} time share {share:.2f} GPU(s)")
-        for job in pad.jobs.values():
-            if not pad.is_active(job.id):
-                pad.why_wait[job.id] = f"priority {prio[job.id]:.2f}: next round at t={self.epochs.after(now):.0f}"
+        next_round = self.epochs.after(now)
+        pad.explain_waiting(lambda j: f"priority {prio[j.id]:.2f}: next round at t={next_round:.0f}")
         self._wake = expiry if oversubscribed else None
         return pad.decision(order, renew_expiry=expiry)
 
