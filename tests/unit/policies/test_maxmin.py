@@ -66,3 +66,25 @@ def test_no_preemption_between_boundaries() -> None:
         d = MaxMinPolicy(quantum_s=100.0).schedule(ctx(st))
         check(st, d)
         assert not d.preemptions   # a newcomer mid-round waits for the boundary
+
+
+def test_each_app_reports_why_its_first_waiting_job_waits() -> None:
+    """The AppRecord of an app with waiting jobs names the reason of its first job that holds no GPUs
+    (BaselineScratchpad.explain_waiting): its time-share priority and the next round boundary."""
+    apps = [app("a", [job("a0", "a", gpus=4, work=10**6), job("a1", "a", gpus=4, work=10**6)]),
+            app("b", [job("b0", "b", gpus=4, work=10**6)])]  # fmt: skip
+    s = state(TOPO4, apps)
+    d = MaxMinPolicy(quantum_s=100.0).schedule(ctx(s))
+    check(s, d)
+    started = {g.job_id for g in d.grants}
+    assert len(started) == 1
+    waits = 0
+    for a in apps:
+        waiting = [j for j in a.jobs if j.id not in started]
+        note = d.apps[a.id].note
+        if waiting:
+            waits += 1
+            assert f"{len(waiting)} waiting (priority " in note and "next round at t=100)" in note, note
+        else:
+            assert "waiting" not in note, note
+    assert waits >= 1
