@@ -126,15 +126,19 @@ def greedy_fill(
     best_fit = pool.best
     inf = math.inf
 
-    def evaluate(k: int) -> tuple[float, int, tuple[frozenset[int], Level, float]] | None:
-        """The app's best next gang among its job kinds that still fit, placed in the pool as it is now:
-        (priority, kind, offer), or None when no kind fits (kinds that do not fit are dropped)."""
+    def now_of(k: int) -> tuple[_State, Agent, float, float]:
+        """The app's fill state, agent, throughput so far and log(rho) there (kept while x is unchanged)."""
         st, ag = states[k], agents[k]
-        plain = ag._plain
         x = st.x
         if st.log_at != x:
             st.log_now, st.log_at = log(ag.rho_of(x)), x
-        log_now = st.log_now
+        return st, ag, x, st.log_now
+
+    def evaluate(k: int) -> tuple[float, int, tuple[frozenset[int], Level, float]] | None:
+        """The app's best next gang among its job kinds that still fit, placed in the pool as it is now:
+        (priority, kind, offer), or None when no kind fits (kinds that do not fit are dropped)."""
+        st, ag, x, log_now = now_of(k)
+        plain = ag._plain
         best_p = 0.0
         best_o = None
         best_q = -1
@@ -193,12 +197,8 @@ def greedy_fill(
 
         A plain job's gang can at best run at its profile's tightest factor, which only raises its
         throughput and so its gain; with "rho" its priority does not depend on the placement at all."""
-        st, ag = states[k], agents[k]
+        st, ag, x, log_now = now_of(k)
         plain = ag._plain
-        x = st.x
-        if st.log_at != x:
-            st.log_now, st.log_at = log(ag.rho_of(x)), x
-        log_now = st.log_now
         top = None
         for q in st.queues:
             if not q:
