@@ -10,7 +10,7 @@ Experiments (all deterministic for the seeds below):
   4. estimate errors (none, uniform:1:3, lognormal:0.5) for Themis and the estimate-driven baselines, each
      with and without progress reports (jobs report their fraction done every PROGRESS_S seconds).
 
-    python benchmarks/paper_eval.py            # full: 84 apps as in the paper (FULL below), about 40 min
+    python benchmarks/paper_eval.py            # full: 84 apps as in the paper (FULL below), about an hour with 2 workers (73.7 min on a shared machine)
     python benchmarks/paper_eval.py --quick    # a small smoke version, to check the pipeline (about 2 min)
 
 Simulations run in parallel worker processes (--workers, default 2); each is deterministic, so the document
