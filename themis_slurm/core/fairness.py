@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from themis_slurm.core.job_facts import SHARED, JobFactsCache
-from themis_slurm.core.placement import get_profile
+from themis_slurm.core.placement import get_profile, throughput
 from themis_slurm.core.topology import Level, Topology
 from themis_slurm.core.workload import App, Job
 
@@ -191,7 +191,7 @@ def job_throughput(job: Job, gpus: Iterable[int], topology: Topology) -> float:
     gpus = list(gpus)
     if not gpus:
         return 0.0
-    return len(gpus) * get_profile(job.profile).factor(topology.level_of(gpus))
+    return throughput(len(gpus), topology.level_of(gpus), get_profile(job.profile))
 
 
 def app_throughput(

@@ -11,7 +11,7 @@ not depend on whether a cache is kept (tests/unit/core/test_job_facts.py checks 
 
 from __future__ import annotations
 
-from themis_slurm.core.placement import Profile, get_profile
+from themis_slurm.core.placement import Profile, get_profile, throughput
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import Job
 
@@ -85,14 +85,14 @@ class JobFactsCache:
     def throughput_on(self, job: Job, gpus: frozenset[int]) -> float:
         """:func:`~themis_slurm.core.fairness.job_throughput` of `job` on `gpus` (a lease's GPUs), kept per
         (profile, GPU set): a lease's GPUs are read again at every round until it ends."""
+        if not gpus:
+            return 0.0
         key = (job.profile, gpus)
         cached = self._throughputs.get(key)
         if cached is None:
             assert self._topology is not None, "call use(topology, n) first"
-            cached = 0.0
-            if gpus:
-                cached = self._throughputs[key] = len(gpus) * get_profile(job.profile).factor(
-                    self._topology.level_of(gpus))
+            level = self._topology.level_of(gpus)
+            cached = self._throughputs[key] = throughput(len(gpus), level, get_profile(job.profile))
         return cached
 
     def get(self, job: Job) -> JobFacts:
