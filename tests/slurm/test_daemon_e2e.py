@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from themisd_guard import running_themisd  # tests/slurm is on sys.path under pytest
 
+from themis_slurm import reasons
 from themis_slurm.daemon.store import Store
 from themis_slurm.slurm.backend import CliBackend
 from themis_slurm.slurm.model import Snapshot
@@ -140,14 +141,16 @@ def daemon_dir(tmp_path: Path, cluster: Cluster) -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def write_config(tmp: Path, cluster: Cluster, mode: str = "enforce", backend: str = "cli", **extra: str) -> Path:
+def write_config(tmp: Path, cluster: Cluster, mode: str = "enforce", backend: str = "cli", scheduler: str = "",
+                 **extra: str) -> Path:
+    """themisd's config for these tests; `scheduler`: more lines of its scheduler section ("  key: value\n")."""
     lua = tmp / "themis_job_submit.conf.lua"  # a copy: handback must not switch the shared cluster off
     lua.write_text((cluster.dir / "etc" / "themis_job_submit.conf.lua").read_text())
     cfg = tmp / "themis.yaml"
     cfg.write_text(
         f"mode: {mode}\npoll_interval_s: 1\nstate_dir: {tmp / 'state'}\nlog_level: info\n"
         f"scheduler:\n  lease_minutes: {LEASE_S / 60}\n  grace_s: 3\n  min_runtime_s: 0\n  restart_cost_s: 3\n"
-        f"  release_timeout_s: 15\nestimates:\n  min_s: 5\n  default_s: 60\n"
+        f"  release_timeout_s: 15\n{scheduler}estimates:\n  min_s: 5\n  default_s: 60\n"
         f"slurm:\n  slurm_conf: {cluster.env['SLURM_CONF']}\n  job_submit_conf: {lua}\n  backend: {backend}\n"
         "metrics:\n  listen: ''\napi:\n  listen: ''\n" + "".join(f"{k}: {v}\n" for k, v in extra.items())
     )
@@ -329,6 +332,53 @@ def test_contention_and_crashes_with_the_pyslurm_backend(cluster: Cluster, daemo
         d.stop()
     log = d.log.read_text()
     assert "slurm backend pyslurm: pyslurm 25.11" in log and "Traceback" not in log
+
+
+def test_kept_wide_gangs_renew_and_are_never_preempted(cluster: Cluster, daemon_dir: Path) -> None:
+    """scheduler.keep_wide_gangs on (release rho 0: always keep): four 4-GPU gangs fill the 16 GPUs, then
+    an app of 1-GPU jobs arrives, worse off (it holds nothing). Without the knob its arrival forces
+    preemptions at the next lease expiry (test_contention_three_apps); with it every gang is renewed in
+    place (cause wide_gang, worded for `themis explain`), none is preempted or signalled, and the late
+    jobs start only when a gang ends. Every job completes exactly once."""
+    d = make_themisd(daemon_dir, cluster, log="wide.log",
+                     scheduler="  keep_wide_gangs: true\n  wide_gang_release_rho: 0\n")  # fmt: skip
+    gangs = {submit(cluster, BOB, "gpu:4", "themis:app=wide,est=50s", 50): 50 for _ in range(4)}
+    try:
+        d.start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and any(cluster.job(j)["job_state"] != "RUNNING" for j in gangs):
+            time.sleep(1)
+        assert all(cluster.job(j)["job_state"] == "RUNNING" for j in gangs), d.log.read_text()[-3000:]
+        late = {submit(cluster, ALICE, "gpu:1", "themis:app=waiting,est=10s", 8): 8 for _ in range(2)}
+        work = {**gangs, **late}
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and not work.keys() <= done_jobs(cluster).keys():
+            sample_no_double_gpu(CliBackend())
+            time.sleep(1)
+        done = done_jobs(cluster)
+        for jid, steps in work.items():
+            assert done.get(jid) == [steps], f"job {jid} completed {done.get(jid)} (want once, {steps} steps)"
+        db = d.db()
+        db.row_factory = sqlite3.Row
+        assert db.execute("SELECT COALESCE(SUM(preemptions), 0) FROM rounds").fetchone()[0] == 0
+        rows = [dict(r) for r in db.execute("SELECT * FROM decisions WHERE action = 'renewal'").fetchall()]
+        kept = {int(r["job_id"]) for r in rows if r["cause"] == "wide_gang"}
+        assert kept == set(gangs), rows  # each gang outlived at least one 20 s lease and was renewed
+        assert all("wide gang keeps its GPUs" in (reasons.job_row(r) or "") for r in rows if r["cause"] == "wide_gang")
+        first_end = min((cluster.jobs_dir / f"done-{j}").stat().st_mtime for j in gangs)
+        started = db.execute("SELECT MIN(time) FROM events WHERE kind = 'started' AND app_key = ?",
+                             (f"{ALICE}/waiting",)).fetchone()[0]  # fmt: skip
+        assert started is not None and started >= first_end - 2, (started, first_end)
+        ids = tuple(str(j) for j in gangs)
+        marks = ",".join("?" * len(ids))
+        assert db.execute(f"SELECT COUNT(*) FROM decisions WHERE action = 'preemption' AND job_id IN ({marks})",
+                          ids).fetchone()[0] == 0  # fmt: skip
+        touched = db.execute(f"SELECT job_id, kind FROM events WHERE kind IN ('warn', 'requeue', 'requeued', "
+                             f"'requeued-outside') AND job_id IN ({marks})", ids).fetchall()  # fmt: skip
+        assert not touched, f"gangs warned or requeued: {touched}"
+        assert "Traceback" not in d.log.read_text()
+    finally:
+        d.stop()
 
 
 def test_crashes_with_sigkill(cluster: Cluster, themisd: Themisd) -> None:

@@ -129,6 +129,8 @@ class _Progress:
               help="Themis winner determination: exact MILP for small rounds (auto), always exact, or fast greedy.")
 @click.option("--reserve-wide-gangs/--no-reserve-wide-gangs", default=_ARB.reserve_wide_gangs, show_default=True,
               help="Themis reserves GPUs for long-waiting wide gangs.")
+@click.option("--keep-wide-gangs/--no-keep-wide-gangs", default=_ARB.keep_wide_gangs, show_default=True,
+              help="Themis renews a started wide gang at its lease expiry unless its app is clearly ahead.")
 @click.option("--estimate-error", default=str(_SIM.estimate_error), show_default=True,
               help="none | uniform:A:B | lognormal:SIGMA")
 @click.option("--seed", type=int, default=_ARB.seed, show_default=True,
@@ -279,7 +281,7 @@ def _options(o: dict[str, Any]):
         raise _bad("--estimate-error", str(exc)) from None
     knobs = replace(_ARB, fairness_knob=o["fairness_knob"], lease_s=o["lease"], seed=o["seed"],
                     restart_cost_s=o["restart_cost"], solver=o["solver"],
-                    reserve_wide_gangs=o["reserve_wide_gangs"])  # fmt: skip
+                    reserve_wide_gangs=o["reserve_wide_gangs"], keep_wide_gangs=o["keep_wide_gangs"])  # fmt: skip
     cfg = SimConfig(restart_cost_s=o["restart_cost"], estimate_error=err, seed=o["seed"], elastic=o["elastic"],
                     node_shaped=o["node_shaped"], round_interval_s=o["round_interval"],
                     progress_interval_s=o["progress_interval"])  # fmt: skip

@@ -5,6 +5,8 @@ A round is a fixed list of named phases over one typed :class:`~themis_slurm.cor
 module and function):
 
     pool          bidding.collect_pool            free GPUs + expiring leases; non-preemptible holders renew
+    wide gangs    wide_gangs.keep_wide_gangs      optional (keep_wide_gangs): started wide gangs renew
+                                                  unless their app is clearly ahead (rho < release rho)
     visibility    bidding.rank_by_rho, offer      rank apps with waiting work by rho; the worst 1 - f bid
     reservation   reservation.reserve_for_wide_gang   optional (reserve_wide_gangs): a wide gang's GPUs
     winners       winners.determine_winners       x* = argmax prod 1/rho (exact MILP or fast greedy)
@@ -19,6 +21,7 @@ Agents (core/agent.py) value bundles by the rho they give their app; a gang that
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from themis_slurm.core.bidding import bidders_offered, collect_pool, offer, rank_by_rho
@@ -31,6 +34,7 @@ from themis_slurm.core.record import record
 from themis_slurm.core.reservation import reserve_for_wide_gang
 from themis_slurm.core.round_state import RoundState
 from themis_slurm.core.state import ClusterState
+from themis_slurm.core.wide_gangs import keep_wide_gangs
 from themis_slurm.core.winners import determine_winners
 
 __all__ = ["ArbiterConfig", "SOLVERS", "bidders_offered", "run_round"]
@@ -52,6 +56,8 @@ class ArbiterConfig:
     seed: int = 0
     restart_cost_s: float = 30.0  # work lost by a (re)start; bids discount non-renewal gangs by restart/lease
     reserve_wide_gangs: bool = False  # the reservation phase (core/reservation.py); off: see docs/design.md
+    keep_wide_gangs: bool = False  # the wide-gangs phase (core/wide_gangs.py); off: see docs/design.md
+    wide_gang_release_rho: float = 0.8  # ... below this rho an app is clearly ahead: its wide gang is auctioned
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.fairness_knob < 1.0:
@@ -60,6 +66,8 @@ class ArbiterConfig:
             raise ValueError(f"lease_s must be > 0 seconds, got {self.lease_s}")
         if not self.restart_cost_s >= 0:
             raise ValueError(f"restart_cost_s must be >= 0 seconds, got {self.restart_cost_s}")
+        if not (self.wide_gang_release_rho >= 0 and math.isfinite(self.wide_gang_release_rho)):
+            raise ValueError(f"wide_gang_release_rho must be a number >= 0, got {self.wide_gang_release_rho}")
         if self.solver not in SOLVERS:
             raise ValueError(f"solver must be one of {', '.join(SOLVERS)}, got {self.solver!r}")
 
@@ -73,6 +81,8 @@ def run_round(state: ClusterState, config: ArbiterConfig | None = None, cache: J
     """
     rs = RoundState.start(state, config or ArbiterConfig(), cache)
     collect_pool(rs)
+    if rs.cfg.keep_wide_gangs:
+        keep_wide_gangs(rs)
     rank_by_rho(rs)
     offer(rs)
     if rs.cfg.reserve_wide_gangs:

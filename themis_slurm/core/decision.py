@@ -34,6 +34,7 @@ class RenewalCause(StrEnum):
     NOT_PREEMPTIBLE = "not_preemptible"   # the job cannot be preempted: it keeps its GPUs
     WON_BACK = "won_back"                 # won its own GPUs back in the auction
     LEFTOVER = "leftover"                 # kept its GPUs as leftover
+    WIDE_GANG = "wide_gang"               # a started wide gang keeps its GPUs: its app is not clearly ahead
     IN_PLACE = "in_place"                 # the daemon renewed it instead of moving a same-kind job onto its GPUs
     POLICY = "policy"                     # a baseline policy kept it running (simulator only)
 

@@ -15,6 +15,7 @@ from themis_slurm.core.decision import ReservationNote
 from themis_slurm.core.placement import Pool, get_profile, throughput
 from themis_slurm.core.round_state import RoundState
 from themis_slurm.core.topology import Topology
+from themis_slurm.core.wide_gangs import WIDE_GANG_GPUS
 from themis_slurm.core.workload import Job, Lease
 
 
@@ -59,7 +60,7 @@ def _pick_gang(
     reserved GPU idles at most until the last lease on its nodes expires (at most one lease).
     """
     for ag in bidders:
-        job = next((j for j in ag.jobs if j.gpus >= 2 and not j.elastic and j.id not in ag.homes
+        job = next((j for j in ag.jobs if j.gpus >= WIDE_GANG_GPUS and not j.elastic and j.id not in ag.homes
                     and now - j.submit >= lease_s), None)  # fmt: skip
         if job is None:
             continue

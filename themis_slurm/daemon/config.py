@@ -111,6 +111,8 @@ class SchedulerConfig:
     seed: int = _CORE.seed
     restart_cost_s: float = _CORE.restart_cost_s
     reserve_wide_gangs: bool = _CORE.reserve_wide_gangs
+    keep_wide_gangs: bool = _CORE.keep_wide_gangs
+    wide_gang_release_rho: float = _CORE.wide_gang_release_rho
 
     @property
     def lease_s(self) -> float:
@@ -122,7 +124,8 @@ class SchedulerConfig:
                              exact_max_bidders=self.exact_max_bidders, exact_max_gpus=self.exact_max_gpus,
                              idle_throughput=self.idle_throughput, hidden_payments=self.hidden_payments,
                              seed=self.seed, restart_cost_s=self.restart_cost_s,
-                             reserve_wide_gangs=self.reserve_wide_gangs)  # fmt: skip
+                             reserve_wide_gangs=self.reserve_wide_gangs, keep_wide_gangs=self.keep_wide_gangs,
+                             wide_gang_release_rho=self.wide_gang_release_rho)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -383,6 +386,8 @@ _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
         "release_timeout_s": at_least("scheduler.release_timeout_s", positive),
         "restart_cost_s": at_least("scheduler.restart_cost_s", non_negative),
         "reserve_wide_gangs": boolean,
+        "keep_wide_gangs": boolean,
+        "wide_gang_release_rho": non_negative,
         "exact_max_bidders": count,
         "exact_max_gpus": count,
         "idle_throughput": fraction,
