@@ -71,16 +71,25 @@ class TiresiasPolicy:
         """0 is the highest-priority queue."""
         return bisect.bisect_right(self.thresholds, self._service(job))
 
-    def _promote(self, pad: BaselineScratchpad) -> None:
+    def _queues(self, jobs: dict[str, Job]) -> dict[str, int]:
+        """:meth:`queue_of` for every job, in one pass (the policy's hot loop: every present job, every call)."""
+        thresholds, base, right = self.thresholds, self._base, bisect.bisect_right
+        if not base:
+            return {jid: right(thresholds, j.service if j.service > 0.0 else 0.0) for jid, j in jobs.items()}
+        return {jid: right(thresholds, max(0.0, j.service - base.get(jid, 0.0))) for jid, j in jobs.items()}
+
+    def _promote(self, pad: BaselineScratchpad, queue: dict[str, int]) -> None:
+        """Promote waiting jobs that waited long enough to queue 0 (updates `queue` in place)."""
         if self.promote_knob <= 0:
             return
         for job in pad.waiting():
             executed = job.service / job.gpus
-            if executed <= 0 or self.queue_of(job) == 0:
+            if executed <= 0 or queue[job.id] == 0:
                 continue
             waited = pad.now - self._clock.since(job.id)
             if waited >= self.promote_knob * executed - 1e-6:
                 self._base[job.id] = job.service
+                queue[job.id] = 0
                 pad.note(job.app_id, f"job {job.id} promoted to queue 0 (waited {waited:.0f}s)")
 
     # ----------------------------------------------------------------- schedule
@@ -88,8 +97,8 @@ class TiresiasPolicy:
         pad = BaselineScratchpad(ctx.state, self.name)
         self._clock.sync(pad)
         self._base = {jid: b for jid, b in self._base.items() if jid in pad.jobs}
-        self._promote(pad)
-        queue = {jid: self.queue_of(j) for jid, j in pad.jobs.items()}
+        queue = self._queues(pad.jobs)
+        self._promote(pad, queue)
 
         def key(j: Job) -> tuple:
             return (queue[j.id], j.submit, j.id)
