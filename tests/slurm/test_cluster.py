@@ -140,7 +140,7 @@ def test_gang_pinned_to_two_nodes_runs_there(cluster: Cluster) -> None:
 CHECKPOINT_SCRIPT = """#!/bin/bash
 #SBATCH --requeue
 #SBATCH --open-mode=append
-trap 'echo "usr1 restart=${SLURM_RESTART_COUNT:-0}" >> "$MARK"; exit 0' USR1
+trap 'echo "usr1 restart=${SLURM_RESTART_COUNT:-0}" >> "$MARK"' USR1
 echo "start restart=${SLURM_RESTART_COUNT:-0}"
 while :; do sleep 0.1; done
 """
