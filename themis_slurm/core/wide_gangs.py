@@ -9,15 +9,16 @@ waits again, often far longer than a lease, and its app's rho climbs. Measured w
 ended at rho 2.41; on 32 GPUs the worst apps were large sweeps whose last 8-GPU job lost every round,
 ranked first, for the last 170 simulated hours.
 
-This phase runs after the pool phase and before the ranking: an expiring, preemptible lease of a rigid gang
-(not elastic) of at least :data:`WIDE_GANG_GPUS` GPUs is renewed outright (RenewalCause.WIDE_GANG) when its app's
-rho, with every lease the app holds (this one included), is at least ``release_rho``. An app below that is
-clearly ahead of its private-share finish time; its gang goes back to the pool and is auctioned like any
-lease. The gang's GPUs leave the pool, and the app ranks and bids with the gang counted in what it keeps.
-Like a non-preemptible lease it is a renewal outside the auction, so the hidden payments of the other
-bidders are computed on the pool without it. It adds no input an app could misreport: the rho it is judged
-by is the one the ranking uses, and a progress report can only lower it (core.workload.refine_by_progress). (ArbiterConfig.keep_wide_gangs and
-wide_gang_release_rho; the measurements behind the default are in docs/design.md.)
+This phase runs after the pool phase and before the ranking: an expiring, preemptible lease of a rigid
+gang (not elastic) of at least :data:`WIDE_GANG_GPUS` GPUs is renewed outright (RenewalCause.WIDE_GANG)
+when its app's rho, with every lease the app holds (this one included), is at least
+``ArbiterConfig.wide_gang_release_rho``. An app below that is clearly ahead of its private-share finish
+time; its gang goes back to the pool and is auctioned like any lease. A kept gang's GPUs leave the pool,
+and its app ranks and bids with the gang counted in what it keeps. Like a non-preemptible lease it is a
+renewal outside the auction, so the other bidders' hidden payments are computed on the pool without it.
+It adds no input an app could misreport: the rho it is judged by is the one the ranking uses, and a
+progress report can only lower it (core.workload.refine_by_progress). Off by default
+(``ArbiterConfig.keep_wide_gangs``); the measurements behind that are in docs/design.md.
 """
 
 from __future__ import annotations
