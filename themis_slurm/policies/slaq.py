@@ -66,6 +66,10 @@ class SlaqPolicy:
         self.hysteresis = hysteresis
         self.preempt = preempt
         self._wake: float | None = None
+        #: id(job) -> (job, topology, loss reduction per GPU) of the last call's waiting jobs: a waiting job's
+        #: value depends only on the Job object (immutable) and the topology, and a simulator passes the same
+        #: objects while jobs wait, so most of a call's values are lookups (the entry keeps its job alive)
+        self._waiting_values: dict[int, tuple[Job, object, float]] = {}
 
     def loss(self, x: float) -> float:
         return 1.0 / math.sqrt(1.0 + max(0.0, x) / self.loss_scale)
@@ -90,7 +94,14 @@ class SlaqPolicy:
                 g, lvl = len(gpus), topo.level_of(gpus)
             return self.reduction(job, g, lvl) / g
 
-        value = {j.id: per_gpu(j) for j in pad.waiting()}
+        value: dict[str, float] = {}
+        seen, kept = self._waiting_values, {}
+        for j in pad.waiting():
+            hit = seen.get(id(j))
+            v = hit[2] if hit is not None and hit[0] is j and hit[1] is topo else per_gpu(j)
+            kept[id(j)] = (j, topo, v)
+            value[j.id] = v
+        self._waiting_values = kept
         value.update({jid: per_gpu(pad.jobs[jid], lease.gpus) for jid, lease in pad.running.items()})
         order = sorted(pad.waiting(), key=lambda j: (-value[j.id], j.submit, j.id))
         rotatable = self.epochs.rotatable(pad) if self.preempt else []
