@@ -30,6 +30,7 @@ Simplifications and choices:
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from collections.abc import Mapping
@@ -98,8 +99,15 @@ class FairSharePolicy:
 
         order: list[Job] = []
         live = {aid for aid, q in queues.items() if q}
-        while live:
-            aid = min(live, key=ratio)
+        # the live app with the lowest ratio next: a heap with an entry pushed whenever an app's ratio
+        # changes; an entry whose ratio is no longer its app's is stale and skipped (ratios are unique:
+        # they end in the app id), so each pop is min(live, key=ratio) in O(log apps)
+        heap = [(ratio(aid), aid) for aid in live]
+        heapq.heapify(heap)
+        while heap:
+            key, aid = heapq.heappop(heap)
+            if aid not in live or key != ratio(aid):
+                continue
             job = queues[aid].popleft()
             if not queues[aid]:
                 live.discard(aid)
@@ -115,13 +123,18 @@ class FairSharePolicy:
                 )
                 if got is None:
                     failed_size[aid] = job.gpus
-                for jid in set(pad.preempted) - before:
-                    held[pad.jobs[jid].app_id] -= len(pad.running[jid].gpus)
+                for jid in sorted(set(pad.preempted) - before):
+                    owner = pad.jobs[jid].app_id
+                    held[owner] -= len(pad.running[jid].gpus)
+                    if owner in live:
+                        heapq.heappush(heap, (ratio(owner), owner))
             if got is None:
                 pad.wait(job, f"does not fit (app holds {held[aid]:.0f} of its {share[aid]:.1f} GPU share)")
-                continue
-            pad.grant(job, got, source="maxmin")
-            held[aid] += len(got)
+            else:
+                pad.grant(job, got, source="maxmin")
+                held[aid] += len(got)
+            if aid in live:
+                heapq.heappush(heap, (ratio(aid), aid))
         for a in ctx.state.apps:
             pad.note(a.id, f"fair share {share[a.id]:.1f} GPU(s), holds {held[a.id]:.0f}")
         self._wake = protected_until if math.isfinite(protected_until) and protected_until > now else None
