@@ -72,11 +72,8 @@ class TiresiasPolicy:
         return bisect.bisect_right(self.thresholds, self._service(job))
 
     def _queues(self, jobs: dict[str, Job]) -> dict[str, int]:
-        """:meth:`queue_of` for every job, in one pass (the policy's hot loop: every present job, every call)."""
-        thresholds, base, right = self.thresholds, self._base, bisect.bisect_right
-        if not base:
-            return {jid: right(thresholds, j.service if j.service > 0.0 else 0.0) for jid, j in jobs.items()}
-        return {jid: right(thresholds, max(0.0, j.service - base.get(jid, 0.0))) for jid, j in jobs.items()}
+        """:meth:`queue_of` of every job, once per call (promotion then updates it in place)."""
+        return {jid: self.queue_of(j) for jid, j in jobs.items()}
 
     def _promote(self, pad: BaselineScratchpad, queue: dict[str, int]) -> None:
         """Promote waiting jobs that waited long enough to queue 0 (updates `queue` in place)."""
