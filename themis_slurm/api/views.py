@@ -496,7 +496,19 @@ def explain_view(ctx: Context, job_id: str, params: Mapping[str, str]) -> Doc:
                   "remaining_s": None if job["lease_end"] is None else max(0.0, job["lease_end"] - ctx.now)},
         "events": [{"time": e["time"], "kind": e["kind"], "detail": e["detail"]}
                    for e in ctx.state.events_of(job_id)],
+        "estimate": _estimate_doc(row),
     }
+
+
+def _estimate_doc(row: Mapping[str, Any]) -> Doc | None:
+    """The run-time estimate the arbiter uses for a job (wall seconds on its GPUs), where it came from and
+    the calibration factor applied to it (core/calibration.py); None for a job without a row."""
+    gpus, work = row.get("gpus"), row.get("work")
+    if not gpus or work is None:
+        return None
+    submitted = row.get("est_work") or work  # rows of older daemons have no est_work: uncalibrated
+    return {"source": row.get("est_source") or "", "seconds": work / gpus, "submitted_seconds": submitted / gpus,
+            "calibration_factor": row.get("est_factor", 1.0), "note": row.get("est_note") or ""}
 
 
 # ----------------------------------------------------------------------------------------- routing

@@ -40,6 +40,9 @@ ROUND_COLUMNS = (
 )
 
 
+_SOURCES = {"est=": "--themis-est", "time limit": "its time limit", "default": "estimates.default_s"}
+
+
 def render_explain(doc: dict[str, Any], opts: TableOptions) -> str:
     job, app, lease, place = doc["job"], doc["app"] or {}, doc["lease"], doc["placement"]
     lines = [
@@ -54,6 +57,14 @@ def render_explain(doc: dict[str, Any], opts: TableOptions) -> str:
     if lease["end"] is not None:
         lines.append(f"Lease:     {clock(lease['start'])} -> {clock(lease['end'])} "
                      f"({duration(lease['remaining_s'])} left)")
+    est = doc.get("estimate")
+    if est:
+        source = _SOURCES.get(est["source"], est["source"] or "the default")
+        text = f"Estimate:  {duration(est['seconds'])} on its GPUs, from {source}"
+        if est["calibration_factor"] < 1.0:
+            text += (f" ({duration(est['submitted_seconds'])}) x {est['calibration_factor']:.2f}: calibrated by "
+                     "the work its user's finished jobs really did against their estimates")
+        lines.append(text + (f"; {est['note']}" if est["note"] else ""))
     lines.append(f"Placement: planned {nodes_text(place['planned']) or '-'}; granted "
                  f"{nodes_text(place['granted']) or '-'}; now {nodes_text(place['current']) or '-'}")
     if doc["rounds"]:

@@ -23,6 +23,7 @@ from typing import Any
 import click
 
 from themis_slurm.core.arbiter import SOLVERS, ArbiterConfig
+from themis_slurm.core.calibration import CalibrationConfig
 from themis_slurm.core.topology import Topology
 from themis_slurm.policies import NAMES
 from themis_slurm.sim import report
@@ -133,6 +134,13 @@ class _Progress:
               help="Themis renews a started wide gang at its lease expiry unless its app is clearly ahead.")
 @click.option("--estimate-error", default=str(_SIM.estimate_error), show_default=True,
               help="none | uniform:A:B | lognormal:SIGMA")
+@click.option("--calibrate/--no-calibrate", default=_SIM.calibration.enabled, show_default=True,
+              help="Scale each user's estimates by the median true/estimated work of their finished jobs "
+                   "(as themisd does; docs/design.md).")
+@click.option("--calibration-min-jobs", type=click.IntRange(min=1), default=_SIM.calibration.min_jobs,
+              show_default=True, help="Finished jobs a user (and the cluster) needs before calibrating.")
+@click.option("--calibration-window", type=click.IntRange(min=1), default=_SIM.calibration.window,
+              show_default=True, help="A user's most recent finished jobs that count.")
 @click.option("--seed", type=int, default=_ARB.seed, show_default=True,
               help="Seeds the workload, the estimate errors and Themis's lottery.")
 @click.option("--sweep", help="NAME=v1,v2,... with NAME in fairness-knob, lease, contention, sensitive-fraction.")
@@ -279,12 +287,16 @@ def _options(o: dict[str, Any]):
         err = EstimateError.parse(o["estimate_error"])
     except ValueError as exc:
         raise _bad("--estimate-error", str(exc)) from None
+    if o["calibration_window"] < o["calibration_min_jobs"]:
+        raise _bad("--calibration-window", f"{o['calibration_window']} is below --calibration-min-jobs "
+                   f"{o['calibration_min_jobs']}")
+    calibration = CalibrationConfig(o["calibrate"], o["calibration_min_jobs"], o["calibration_window"])
     knobs = replace(_ARB, fairness_knob=o["fairness_knob"], lease_s=o["lease"], seed=o["seed"],
                     restart_cost_s=o["restart_cost"], solver=o["solver"],
                     reserve_wide_gangs=o["reserve_wide_gangs"], keep_wide_gangs=o["keep_wide_gangs"])  # fmt: skip
     cfg = SimConfig(restart_cost_s=o["restart_cost"], estimate_error=err, seed=o["seed"], elastic=o["elastic"],
                     node_shaped=o["node_shaped"], round_interval_s=o["round_interval"],
-                    progress_interval_s=o["progress_interval"])  # fmt: skip
+                    progress_interval_s=o["progress_interval"], calibration=calibration)  # fmt: skip
     names = _parse_policies(o["policies"])
     sweep = _parse_sweep(o["sweep"], spec.kind == "paper")
     return spec, topo, knobs, cfg, names, sweep

@@ -28,6 +28,7 @@ import yaml
 
 from themis_slurm.api.server import DEFAULT_LISTEN
 from themis_slurm.core.arbiter import SOLVERS, ArbiterConfig
+from themis_slurm.core.calibration import CalibrationConfig
 
 DEFAULT_PATH = Path("/etc/themis/themis.yaml")
 MODES = ("enforce", "observe")
@@ -87,6 +88,7 @@ def safe_load(text: str) -> Any:
 
 
 _CORE = ArbiterConfig()  # the core's defaults: the one place the mechanism's knobs are defined
+_CALIBRATION = CalibrationConfig()
 
 
 @dataclass(frozen=True)
@@ -130,11 +132,20 @@ class SchedulerConfig:
 
 @dataclass(frozen=True)
 class EstimatesConfig:
-    """Where a job's work estimate comes from when it gives none, and the bounds every estimate is held to."""
+    """Where a job's work estimate comes from when it gives none, the bounds every estimate is held to, and
+    calibration (core/calibration.py: each user's estimates scaled by how much their finished jobs
+    overshot; the knobs default to the core's CalibrationConfig, never repeated here)."""
 
     default_s: float = 3600.0
     min_s: float = 60.0
     max_s: float = 30 * 86400.0
+    calibrate: bool = _CALIBRATION.enabled
+    calibration_min_jobs: int = _CALIBRATION.min_jobs
+    calibration_window: int = _CALIBRATION.window
+
+    def calibration(self) -> CalibrationConfig:
+        """The core's calibration knobs: the one place themis.yaml's estimates section meets them."""
+        return CalibrationConfig(self.calibrate, self.calibration_min_jobs, self.calibration_window)
 
 
 @dataclass(frozen=True)
@@ -319,6 +330,12 @@ def count(v: Any) -> int:
     return v
 
 
+def at_least_one(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise _Bad("an integer >= 1")
+    return v
+
+
 def fraction(v: Any) -> float:
     try:
         x = _number(v)
@@ -396,7 +413,10 @@ _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
     }),
     "estimates": (EstimatesConfig, {"default_s": at_least("estimates.default_s", positive),
                                     "min_s": at_least("estimates.min_s", positive),
-                                    "max_s": at_least("estimates.max_s", positive)}),
+                                    "max_s": at_least("estimates.max_s", positive),
+                                    "calibrate": boolean,
+                                    "calibration_min_jobs": at_least_one,
+                                    "calibration_window": at_least_one}),
     "slurm": (SlurmConfig, {
         "partitions": partitions,
         "slurm_conf": optional_path,
@@ -450,6 +470,10 @@ def parse(data: Any, source: str = "themis.yaml") -> Config:
     if est.min_s > est.max_s:
         raise ConfigError(f"{source}: estimates.min_s: value {est.min_s:g} is above estimates.max_s "
                           f"({est.max_s:g}): min_s must be <= max_s")
+    if est.calibration_window < est.calibration_min_jobs:
+        raise ConfigError(f"{source}: estimates.calibration_window: value {est.calibration_window} is below "
+                          f"estimates.calibration_min_jobs ({est.calibration_min_jobs}): the window must hold "
+                          "at least the jobs a factor needs")
     if not est.min_s <= est.default_s <= est.max_s:
         raise ConfigError(f"{source}: estimates.default_s: value {est.default_s:g} is outside "
                           f"[estimates.min_s, estimates.max_s] = [{est.min_s:g}, {est.max_s:g}]")

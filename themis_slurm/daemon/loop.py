@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from themis_slurm import reasons
 from themis_slurm.api.cluster import held_for_granted
 from themis_slurm.core.arbiter import run_round
+from themis_slurm.core.calibration import NONE, Calibration, UserHistory, calibrate, finished_ratio
 from themis_slurm.core.decision import Decision
 from themis_slurm.daemon.config import Config
 from themis_slurm.daemon.estimates import done_and_work
@@ -41,6 +42,9 @@ from themis_slurm.daemon.store import AppRow, JobRow, Store
 from themis_slurm.slurm.model import ManagedJob, SlurmBackend, Snapshot
 
 log = logging.getLogger("themisd")
+#: Finished jobs kept per user for calibration: at least this many, more when the window is larger (a
+#: config reload that widens the window then has the history at once).
+HISTORY_KEPT = 200
 
 # Reasons a released job may stay pending for that say nothing about the job itself (the GPUs were not free
 # yet, a scheduling pass had not run, it was held again): no reason to keep it out of the next rounds.
@@ -94,6 +98,7 @@ class Daemon:
         self._learned: dict[str, tuple[str, float]] = {}
         self.last_snapshot: Snapshot | None = None  # served by the status API (no extra Slurm reads)
         self.last_cycle_time: float | None = None
+        self._histories: dict[str, UserHistory] | None = None  # calibration, read from the store when needed
 
     # ------------------------------------------------------------------------------------------ config
     def reload(self, new: Config) -> None:
@@ -107,6 +112,7 @@ class Daemon:
             log.warning("config reload: mode %s -> %s", self.cfg.mode, new.mode)
         self.cfg = new
         self._last_signature = None
+        self._histories = None
 
     # ------------------------------------------------------------------------------------------ actions
     def _act(self, action: str, mj: ManagedJob, *args: object) -> bool:
@@ -149,7 +155,7 @@ class Daemon:
         rows = self.store.jobs()
         fixes = reconcile(now, jobs, rows, self.cfg)
         for fix in fixes:
-            self._apply_fix(fix, jobs, rows, now)
+            self._apply_fix(fix, jobs, rows, now, snap.finished)
         if any(f.kind != "new" for f in fixes):
             self._last_signature = None  # intents changed: a round may decide something new
 
@@ -178,13 +184,14 @@ class Daemon:
             log.warning("slurm: %s", w)
         self._seen_warnings = current
 
-    def _apply_fix(self, fix: Fix, jobs: Mapping[str, ManagedJob], rows: dict[str, JobRow], now: float) -> None:
+    def _apply_fix(self, fix: Fix, jobs: Mapping[str, ManagedJob], rows: dict[str, JobRow], now: float,
+                   finished: Mapping[str, str] | None = None) -> None:
         """Record the intent, act, record the outcome (reconcile.py explains why in this order)."""
         with self.store.tx():
             if fix.before is None:
                 old = rows.pop(fix.job_id, None)
                 if old is not None:
-                    self._book_finished(old)
+                    self._book_finished(old, (finished or {}).get(fix.job_id), now)
                 self.store.delete_job(fix.job_id)
             else:
                 self.store.put_job(fix.before)
@@ -233,24 +240,48 @@ class Daemon:
                 "nodes: Slurm chooses GPU indices inside a node); rho uses the real placement", mj.app_key,
                 mj.job_id, where, actual.name.lower(), planned.name.lower())
 
-    def _book_finished(self, row: JobRow) -> None:
-        """A job left: what it did stays in its app's T_id (App.finished_work)."""
+    def _book_finished(self, row: JobRow, state: str | None, now: float) -> None:
+        """A job left: what it did stays in its app's T_id (App.finished_work), and a job that ended
+        COMPLETED joins its user's calibration history (cancelled, failed or timed-out jobs, and jobs that
+        left unseen, say nothing about how good their estimate was)."""
         app = self.store.apps().get(row.app_key)
-        if app is None:
+        if app is not None:
+            done, _, _ = done_and_work(row.work, row.done_service, row.progress)
+            self.store.put_app(replace(app, finished_work=app.finished_work + done))
+        if state != "COMPLETED" or finished_ratio(row.est_work, row.done_service) is None:
             return
-        done, _, _ = done_and_work(row.work, row.done_service, row.progress)
-        self.store.put_app(replace(app, finished_work=app.finished_work + done))
+        user = app.owner if app is not None else row.app_key.partition("/")[0]
+        cal = self.cfg.estimates.calibration()
+        self.store.add_finished(row.job_id, user, row.app_key, now, row.est_work, row.done_service,
+                                keep=max(cal.window, HISTORY_KEPT))
+        self._histories = None  # read again (a few rows per user) at the next accounting
+        log.info("calibration app=%s job=%s: completed after %.0f of an estimated %.0f GPU-s (ratio %.2f)",
+                 row.app_key, row.job_id, row.done_service, row.est_work, row.done_service / row.est_work)
+
+    def calibration(self) -> Calibration:
+        """Every user's estimate calibration, from the finished jobs in the store (cached until one more
+        job finishes or the config is reloaded)."""
+        cal = self.cfg.estimates.calibration()
+        if not cal.enabled:
+            return NONE
+        if self._histories is None:
+            self._histories = {
+                user: UserHistory.of((r for e, w in pairs if (r := finished_ratio(e, w)) is not None), cal.window)
+                for user, pairs in self.store.finished_history(cal.window).items()
+            }
+        return calibrate(self._histories, cal)
 
     def _account(self, snap: Snapshot, jobs: Mapping[str, ManagedJob], rows: dict[str, JobRow],
                  now: float) -> dict[str, AppRow]:
         """Service, estimates, progress and contention, written in one transaction (changed rows only)."""
         changed: list[JobRow] = []
         delta: dict[str, float] = {}
+        cal = self.calibration()
         for jid, row in rows.items():
             mj = jobs.get(jid)
             if mj is None:
                 continue
-            new, notes = account(row, mj, snap.topology, now, self.cfg)
+            new, notes = account(row, mj, snap.topology, now, self.cfg, cal.factor(mj.user))
             for note in notes:
                 log.warning("estimate app=%s job=%s: %s", mj.app_key, jid, note)
             if new != row:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from themis_slurm.api.cluster import held_for_granted
+from themis_slurm.core.calibration import calibrated_work
 from themis_slurm.core.decision import Decision, Renewal, RenewalCause
 from themis_slurm.core.fairness import FairnessModel, app_throughput
 from themis_slurm.core.placement import get_profile
@@ -45,11 +46,18 @@ FOREVER = math.inf
 
 
 # ---------------------------------------------------------------------------------------- accounting
-def account(row: JobRow, mj: ManagedJob, topo: Topology, now: float, cfg: Config) -> tuple[JobRow, list[str]]:
-    """The row with attained service and estimate brought up to `now`, and notes to log (once each)."""
+def account(row: JobRow, mj: ManagedJob, topo: Topology, now: float, cfg: Config,
+            calibration: float = 1.0) -> tuple[JobRow, list[str]]:
+    """The row with attained service and estimate brought up to `now`, and notes to log (once each).
+
+    `calibration` is the factor of the job's user (core/calibration.py): the estimate the arbiter sees is
+    the clamped estimate x factor, never below ``estimates.min_s`` on the job's GPUs, so calibration never
+    gives a user an estimate they could not have asked for with est=.
+    """
     notes: list[str] = []
     est = estimate(mj, cfg.estimates)
-    work = est.work(mj.gpus)
+    est_work = est.work(mj.gpus)
+    work = min(est_work, max(calibrated_work(est_work, calibration), cfg.estimates.min_s * mj.gpus))
     progress, pnote = checked_progress(mj)
     if progress is not None and row.progress is not None and progress < row.progress:
         # progress only moves forward: reporting less would make the app look worse off and win auctions
@@ -70,8 +78,8 @@ def account(row: JobRow, mj: ManagedJob, topo: Topology, now: float, cfg: Config
         service += n * dt
         done_svc += n * factor * dt
         until = now
-    new = replace(row, work=work, est_source=est.source, est_note=est.note, service_s=service,
-                  done_service=done_svc, progress=progress if progress is not None else row.progress,
+    new = replace(row, work=work, est_work=est_work, est_factor=work / est_work, est_source=est.source,
+                  est_note=est.note, service_s=service, done_service=done_svc, progress=progress if progress is not None else row.progress,
                   progress_note=pnote, accounted_until=until, gpus=mj.gpus)  # fmt: skip
     return new, notes
 

@@ -162,8 +162,27 @@ ALTER TABLE decisions ADD COLUMN cut_s REAL;
 ALTER TABLE decisions ADD COLUMN instead_of TEXT;
 """
 
+#: v4: estimate calibration (core/calibration.py). Each job keeps the estimate it was given before
+#: calibration (est_work, ideal GPU-seconds; 0 on rows of older daemons: no sample) and the factor applied
+#: (est_factor); `finished_jobs` keeps, per user, the most recent jobs that ended COMPLETED with that
+#: estimate and the work they really did, from which each user's factor is computed.
+_V4 = """
+ALTER TABLE jobs ADD COLUMN est_work REAL NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN est_factor REAL NOT NULL DEFAULT 1;
+CREATE TABLE finished_jobs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id TEXT NOT NULL,
+    user TEXT NOT NULL,
+    app_key TEXT NOT NULL,
+    time REAL NOT NULL,
+    estimate REAL NOT NULL,
+    work REAL NOT NULL
+);
+CREATE INDEX finished_jobs_user ON finished_jobs(user, id);
+"""
+
 #: Migration k brings the schema from version k to k+1 (version 0 is an empty database).
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
 
 
 FRESH_FLAG = "--fresh-state"
@@ -244,6 +263,8 @@ class JobRow:
     warn_time: float | None = None
     requeue_time: float | None = None
     adopted: int = 0
+    est_work: float = 0.0  # the estimate before calibration (what a finished job's ratio is taken against)
+    est_factor: float = 1.0  # the calibration factor `work` carries
 
     def __post_init__(self) -> None:
         if self.intent not in INTENTS:
@@ -507,6 +528,25 @@ class Store:
         self._need_tx()
         self.db.execute("INSERT INTO events (time, job_id, app_key, kind, detail) VALUES (?, ?, ?, ?, ?)",
                         (time, job_id, app_key, kind, detail))
+
+    def add_finished(self, job_id: str, user: str, app_key: str, time: float, estimate: float, work: float,
+                     keep: int) -> None:
+        """A job that ended COMPLETED: its estimate and true work join `user`'s calibration history, of
+        which the `keep` most recent entries are kept."""
+        self._need_tx()
+        self.db.execute("INSERT INTO finished_jobs (job_id, user, app_key, time, estimate, work) "
+                        "VALUES (?, ?, ?, ?, ?, ?)", (job_id, user, app_key, time, estimate, work))
+        self.db.execute("DELETE FROM finished_jobs WHERE user = ? AND id NOT IN (SELECT id FROM finished_jobs "
+                        "WHERE user = ? ORDER BY id DESC LIMIT ?)", (user, user, keep))
+
+    def finished_history(self, window: int) -> dict[str, list[tuple[float, float]]]:
+        """Per user, (estimate, work) of their `window` most recent finished jobs, oldest first."""
+        out: dict[str, list[tuple[float, float]]] = {}
+        for r in self.db.execute(
+                "SELECT user, estimate, work FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY user ORDER BY id "
+                "DESC) AS k FROM finished_jobs) WHERE k <= ? ORDER BY id", (window,)):
+            out.setdefault(r["user"], []).append((r["estimate"], r["work"]))
+        return out
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         """Read-only helper for tests, tools and admins' questions."""

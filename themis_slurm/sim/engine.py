@@ -14,6 +14,11 @@ Model (choices and why):
   Slurm job's time limit, x its GPUs; the true work when the trace has none) x an :class:`EstimateError`
   factor, and ``Job.done``;
   completion uses true work. A job that outlives its estimate gets it bumped (:func:`estimate_error.bumped`).
+* **Calibration** (``SimConfig.calibration``, on by default, as in themisd): when a job completes, its
+  true work / first estimate joins its user's history, and every unfinished job of a user is seen with its
+  estimate x that user's factor (:mod:`themis_slurm.core.calibration`). A factor is applied again only
+  when it moved by more than ``CALIBRATION_TOLERANCE`` (waiting jobs keep their cached snapshots until
+  then); with exact estimates every ratio is 1 and nothing changes.
 * **Progress reports** (``SimConfig.progress_interval_s``, off by default): a running job reports its true
   fraction done every that many seconds of its run, as a Slurm job does with ``themis progress``; policies
   then see (done, work) refined by the last report exactly as the daemon refines them
@@ -50,6 +55,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from themis_slurm.core.arbiter import ArbiterConfig
+from themis_slurm.core.calibration import NONE, CalibrationConfig, UserHistory, calibrate, finished_ratio
 from themis_slurm.core.decision import Decision
 from themis_slurm.core.placement import DEFAULT_PROFILE, get_profile
 from themis_slurm.core.state import ClusterState
@@ -74,6 +80,9 @@ __all__ = [
 _COMPLETE, _LEASE, _WAKE, _TICK = 0, 1, 2, 3
 _FUTURE, _WAITING, _RUNNING, _DONE = 0, 1, 2, 3
 _STALL_CALLS = 1000  # consecutive do-nothing wake-ups with nothing running before we call it a stall
+#: A user's calibration factor is applied again to their unfinished jobs only when it moved by more than
+#: this (relative): each application re-snapshots the user's waiting jobs. themisd applies it every cycle.
+CALIBRATION_TOLERANCE = 0.02
 
 
 class SimulationStalled(RuntimeError):
@@ -97,6 +106,8 @@ class SimConfig:
     validate: check every decision (leave on; off only for benchmarking a trusted policy).
     record_allocations: keep every (job, GPUs, start, end) interval in the result, for invariant checks.
     coalesce_s: events closer than this are one instant (one policy call).
+    calibration: learning each user's estimate bias from their finished jobs (on by default, as in themisd;
+        ``CalibrationConfig(enabled=False)`` to see raw estimates).
     progress_interval_s: 0 (default): jobs report no progress. When > 0, a running job reports its true
         fraction done every that many seconds after it (re)starts; the last report stays while it waits.
     round_interval_s: 0 (default) calls the policy at every event instant. When > 0, events are batched and
@@ -116,6 +127,7 @@ class SimConfig:
     coalesce_s: float = 1e-6
     round_interval_s: float = 0.0
     progress_interval_s: float = 0.0
+    calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
 
     def __post_init__(self) -> None:
         if not (self.progress_interval_s >= 0 and math.isfinite(self.progress_interval_s)):
@@ -141,7 +153,7 @@ class JobResult:
     first_start: float
     finish: float
     true_work: float
-    estimate: float  # the estimate policies were first given (before any bump)
+    estimate: float  # the estimate the job was submitted with (before any calibration or bump)
     gpu_seconds: float
     starts: int
     preemptions: int
@@ -296,6 +308,9 @@ class Simulator:
         self._done_jobs = 0
         self._events = 0
         self._calls = 0
+        self._histories: dict[str, UserHistory] = {}  # per user: ratios of finished jobs (calibration)
+        self._calibration = NONE
+        self._applied: dict[str, float] = {}  # per user: the factor its unfinished jobs' estimates carry
 
     # ----------------------------------------------------------------- setup
     def _make_job(self, tj: TraceJob, factor: float, per_node: int) -> _J:
@@ -434,6 +449,9 @@ class Simulator:
             self._active[a.id] = a
         a.present[j.id] = j
         a.snaps = None
+        if self.cfg.calibration.enabled:
+            self._recalibrate(a.owner)
+            j.est = j.est0 * self._applied[a.owner]
         a.demand += j.gpus
         a.peak = max(a.peak, a.demand)
         j.state = _WAITING
@@ -481,6 +499,30 @@ class Simulator:
         if a.completed == a.total:
             a.finish = t
             a.contention = (self._cint - a.cint0) / (t - a.arrival) if t > a.arrival else 1.0
+        cal = self.cfg.calibration
+        ratio = finished_ratio(j.est0, j.true_work) if cal.enabled else None
+        if ratio is not None:
+            self._histories[a.owner] = self._histories.get(a.owner, UserHistory()).add(ratio, cal.window)
+            self._calibration = calibrate(self._histories, cal)
+            for owner in {b.owner for b in self._active.values()}:
+                self._recalibrate(owner)
+
+    def _recalibrate(self, user: str) -> None:
+        """Apply `user`'s current factor to their unfinished jobs if it moved past the tolerance."""
+        f = self._calibration.factor(user)
+        old = self._applied.get(user)
+        if old is not None and abs(f - old) <= CALIBRATION_TOLERANCE * old:
+            return
+        self._applied[user] = f
+        if old is None:
+            return
+        for a in self._active.values():
+            if a.owner != user:
+                continue
+            a.snaps = None
+            for j in a.present.values():
+                j.est = j.est0 * f  # bumped again at the next snapshot if the job outlived it
+                j.snap = None
 
     def _preempt(self, j: _J, t: float) -> None:
         self._release(j, t)

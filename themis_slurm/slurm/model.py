@@ -64,6 +64,9 @@ class Snapshot:
     warnings: tuple[str, ...] = ()  # malformed records/comments and other non-fatal oddities
     latency_s: float = 0.0  # wall time spent in Slurm commands for this snapshot
     managed_used: frozenset[int] = field(default_factory=frozenset)  # GPUs held by managed jobs
+    #: managed jobs Slurm still lists in a terminal state (job id -> base state: COMPLETED, CANCELLED,
+    #: FAILED, TIMEOUT, ...), for as long as slurmctld keeps them (MinJobAge): how a job that left ended
+    finished: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Reading the cluster into a `Snapshot`: a bounded number of Slurm calls per cycle, never one per job.
 
-Per cycle: ``squeue --all --json`` (every job; 22.05 ignores filters and also prints finished jobs, so
-we filter here) and one node listing with GRES used and their indices: ``sinfo --all --json`` up to 23.02,
+Per cycle: ``squeue --all --states=all --json`` (every job, finished ones included for as long as
+slurmctld keeps them, MinJobAge: how a managed job ended is what estimate calibration learns from; 22.05
+ignores the filters and prints them anyway; active jobs are filtered here) and one node listing with GRES used and their indices: ``sinfo --all --json`` up to 23.02,
 ``scontrol show nodes --json`` on 23.11+ (whose sinfo JSON groups nodes without indices), found on the
 first cycle (`SnapshotReader.read_nodes`), ``scontrol show node -d -o`` if neither has them. gres.conf and
 topology.conf are plain files next to slurm.conf: read at start and again only when a file's mtime
@@ -31,12 +32,12 @@ from themis_slurm.slurm.model import AdapterConfig, ManagedJob, Snapshot
 from themis_slurm.slurm.options import is_record, parse_progress, parse_record
 from themis_slurm.slurm.parse import job_from_json, load_json, node_from_json
 from themis_slurm.slurm.ranges import parse_int_list
-from themis_slurm.slurm.records import SlurmJob, SlurmNode
+from themis_slurm.slurm.records import JOB_BASE_STATES, SlurmJob, SlurmNode
 from themis_slurm.slurm.runner import Runner, SlurmCommandError
 from themis_slurm.slurm.scontrol import parse_scontrol_nodes
 from themis_slurm.slurm.topology_conf import SwitchTree, parse_topology_conf
 
-SQUEUE = ("squeue", "--all", "--json")
+SQUEUE = ("squeue", "--all", "--states=all", "--json")
 SINFO = ("sinfo", "--all", "--json")
 SCONTROL_NODES = ("scontrol", "show", "node", "-d", "-o")
 SCONTROL_NODES_JSON = ("scontrol", "show", "nodes", "--json")
@@ -200,8 +201,11 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], topo: T
     managed: list[ManagedJob] = []
     used: set[int] = set()
     managed_used: set[int] = set()
+    finished: dict[str, str] = {}
     for job in jobs:
         if not job.is_active:
+            if job.state in JOB_BASE_STATES and is_managed(job, config.managed_partitions):
+                finished[_job_id_text(job, job.array_task_id)] = job.state
             continue
         if is_managed(job, config.managed_partitions):
             for mj in managed_jobs_of(job, topo, warns, now):
@@ -242,6 +246,7 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], topo: T
         warnings=tuple(warns),
         latency_s=latency_s,
         managed_used=frozenset(managed_used),
+        finished=finished,
     )
 
 

@@ -70,7 +70,8 @@ def test_explain_running_waiting_unknown(run: Run, server: ApiServer) -> None:
     res = run("explain", "999", "--url", server.url)
     assert res.exit_code == 1 and "themis: error: job 999 is not managed by Themis" in res.output
     doc = json.loads(run("explain", "10", "--url", server.url, "--json").output)
-    assert set(doc) == {"meta", "job", "app", "summary", "rounds", "placement", "lease", "events"}
+    assert set(doc) == {"meta", "job", "app", "summary", "rounds", "placement", "lease", "events", "estimate"}
+    assert doc["estimate"]["calibration_factor"] == 1.0 and "Estimate:  " in out
 
 
 def test_anonymous_gets_aggregates_and_is_told_why(run: Run, server: ApiServer) -> None:

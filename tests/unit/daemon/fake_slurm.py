@@ -73,6 +73,7 @@ class FakeSlurm:
         self.down: set[str] = set()
         self.calls: list[tuple[str, str]] = []
         self.completed: list[str] = []
+        self.ended: dict[str, str] = {}  # job id -> terminal state, listed in snapshots (as MinJobAge keeps them)
         self.snapshots = 0
         self.fail: dict[str, Exception] = {}  # action -> raised BEFORE acting
         self.fail_after: dict[str, BaseException] = {}  # action -> raised AFTER acting (crash after the RPC)
@@ -106,11 +107,18 @@ class FakeSlurm:
                 if j.done_s >= j.work_s:
                     del self.jobs[j.job_id]
                     self.completed.append(j.job_id)
+                    self.ended[j.job_id] = "COMPLETED"
         if self.auto_schedule:
             self.schedule()
 
-    def cancel(self, job_id: str) -> None:
-        self.jobs.pop(job_id, None)
+    def cancel(self, job_id: str, state: str = "CANCELLED") -> None:
+        """The job ends without completing (scancel; `state` FAILED, TIMEOUT, ... for other endings)."""
+        if self.jobs.pop(job_id, None) is not None:
+            self.ended[job_id] = state
+
+    def forget(self) -> None:
+        """slurmctld purges finished jobs (MinJobAge passed): later snapshots no longer list them."""
+        self.ended.clear()
 
     def user_requeue(self, job_id: str) -> None:
         """`scontrol requeue` by the owner: pending, NOT held."""
@@ -226,7 +234,7 @@ class FakeSlurm:
         managed = tuple(self._managed(j) for j in sorted(self.jobs.values(), key=lambda x: x.slurm_id) if j.managed)
         return Snapshot(time=self.now, topology=self.topo, free=free, unmanaged=used_u,
                         unavailable=down - used_m - used_u, managed=managed, slurm_calls=2,
-                        managed_used=used_m)  # fmt: skip
+                        managed_used=used_m, finished=dict(self.ended))  # fmt: skip
 
     def _managed(self, j: FakeJob) -> ManagedJob:
         return ManagedJob(

@@ -11,6 +11,7 @@ import yaml
 from click.testing import CliRunner
 
 from themis_slurm.core.arbiter import ArbiterConfig
+from themis_slurm.core.calibration import CalibrationConfig
 from themis_slurm.daemon.config import BOUNDS, Config, ConfigError, load, parse, safe_load
 from themis_slurm.daemon.main import cli
 from themis_slurm.daemon.service import Service
@@ -35,6 +36,11 @@ EXAMPLE = Path(__file__).resolve().parents[3] / "daemon" / "themis.yaml"
     ({"scheduler": 5}, "scheduler: value 5 is not a mapping"),
     ({"estimates": {"min_s": 100, "max_s": 10, "default_s": 50}}, "estimates.min_s: value 100 is above"),
     ({"estimates": {"default_s": 5}}, "estimates.default_s: value 5 is outside"),
+    ({"estimates": {"calibrate": 1}}, "estimates.calibrate: value 1 is not true or false"),
+    ({"estimates": {"calibration_min_jobs": 0}}, "estimates.calibration_min_jobs: value 0 is not an integer >= 1"),
+    ({"estimates": {"calibration_window": 2.5}}, "estimates.calibration_window: value 2.5 is not an integer >= 1"),
+    ({"estimates": {"calibration_min_jobs": 20, "calibration_window": 10}},
+     "estimates.calibration_window: value 10 is below estimates.calibration_min_jobs (20)"),
 ])  # fmt: skip
 def test_errors_name_key_value_and_accepted(doc: dict, message: str) -> None:
     with pytest.raises(ConfigError) as e:
@@ -80,6 +86,10 @@ def test_annotated_example_is_valid() -> None:
 
 def test_every_core_knob_is_settable_and_defaults_to_the_core() -> None:
     core = ArbiterConfig()
+    assert parse({}).estimates.calibration() == CalibrationConfig()
+    assert parse({"estimates": {"calibrate": False, "calibration_min_jobs": 4, "calibration_window": 8}}
+                 ).estimates.calibration() == CalibrationConfig(False, 4, 8)
+    assert {f.name for f in fields(CalibrationConfig)} == {"enabled", "min_jobs", "window"}
     assert parse({}).scheduler.arbiter() == core
     knobs = {"fairness_knob": 0.5, "solver": "fast", "exact_max_bidders": 3, "exact_max_gpus": 7,
              "idle_throughput": 0.2, "hidden_payments": False, "seed": 42, "restart_cost_s": 5,

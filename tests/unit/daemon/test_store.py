@@ -38,14 +38,19 @@ def test_migrations_apply_in_order_and_keep_data(tmp_path: Path) -> None:
         Store(db, migrations=MIGRATIONS)
 
 
-def test_v1_database_gains_worst_rho_and_keeps_its_rounds(tmp_path: Path) -> None:
+def old_database(tmp_path: Path, version: int, sql: str) -> Path:
+    """A database at schema `version` (an older themisd's) holding what `sql` inserts."""
     db = tmp_path / "t.db"
-    s = Store(db, migrations=MIGRATIONS[:1])
+    s = Store(db, migrations=MIGRATIONS[:version])
     with s.tx():
-        s.db.execute("INSERT INTO rounds (time, mode, trigger, solver, offered_gpus, grants, renewals,"
-                     " preemptions, latency_s) VALUES (1, 'enforce', 'arrival', 'exact', 4, 1, 0, 0, 0.01)")
+        s.db.execute(sql)
     s.close()
-    s = Store(db)
+    return db
+
+
+def test_v1_database_gains_worst_rho_and_keeps_its_rounds(tmp_path: Path) -> None:
+    s = Store(old_database(tmp_path, 1, "INSERT INTO rounds (time, mode, trigger, solver, offered_gpus, grants, "
+                           "renewals, preemptions, latency_s) VALUES (1, 'enforce', 'arrival', 'exact', 4, 1, 0, 0, 0.01)"))
     with s.tx():
         s.add_round(2.0, "enforce", "lease", "exact", 4, 0, 1, 1, 0.02, worst_rho=1.5)
         s.add_round(3.0, "enforce", "lease", "exact", 4, 0, 1, 1, 0.02, worst_rho=float("inf"))
@@ -85,3 +90,23 @@ def test_transactions_are_atomic(tmp_path: Path) -> None:
 def test_unknown_intent_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown intent"):
         row(intent="sleeping")
+
+
+def test_v3_database_gains_calibration_and_keeps_its_jobs(tmp_path: Path) -> None:
+    s = Store(old_database(tmp_path, 3, "INSERT INTO jobs (job_id, slurm_id, app_key, intent, gpus, work, "
+                           "first_seen) VALUES ('7', 7, 'alice/a', 'waiting', 2, 500.0, 0)"))
+    old = s.job("7")
+    assert (old.work, old.est_work, old.est_factor) == (500.0, 0.0, 1.0), "no estimate before calibration: no sample"
+    s.close()
+
+
+def test_finished_history_keeps_the_most_recent_jobs_per_user(tmp_path: Path) -> None:
+    s = Store(tmp_path / "t.db")
+    with s.tx():
+        for i in range(6):
+            s.add_finished(str(i), "alice", "alice/a", float(i), 100.0, 10.0 * (i + 1), keep=4)
+        s.add_finished("b", "bob", "bob/b", 9.0, 100.0, 50.0, keep=4)
+    hist = s.finished_history(window=3)
+    assert hist == {"alice": [(100.0, 40.0), (100.0, 50.0), (100.0, 60.0)], "bob": [(100.0, 50.0)]}
+    assert s.query("SELECT count(*) FROM finished_jobs WHERE user = 'alice'")[0][0] == 4, "older rows deleted"
+    s.close()

@@ -454,7 +454,7 @@ def test_per_job_request_read_once_from_squeue(tmp_path: Path) -> None:
     b, mod, runner = backend(tmp_path, [pjob(j), pjob(other)], answers={("squeue",): squeue(j, other)})
     s1 = b.snapshot()
     assert by_id(s1)["70"].gpus == 8 and s1.slurm_calls == 3
-    assert runner.calls == [["squeue", "--all", "--json"]]
+    assert runner.calls == [["squeue", "--all", "--states=all", "--json"]]
     s2 = b.snapshot()
     assert by_id(s2)["70"].gpus == 8 and s2.slurm_calls == 2 and len(runner.calls) == 1
     mod.jobs[:] = [pjob(other)]

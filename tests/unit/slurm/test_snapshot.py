@@ -173,6 +173,15 @@ def test_finished_jobs_are_ignored(tmp_path: Path) -> None:
     s = snap(tmp_path, [job(60, state="COMPLETED"), job(61, state="CANCELLED"), job(62, state="COMPLETING",
                                                                                      nodes="node1")])
     assert [j.job_id for j in s.managed] == ["62"]
+    # ... but how managed ones ended is kept (estimate calibration learns from COMPLETED ones)
+    assert s.finished == {"60": "COMPLETED", "61": "CANCELLED"}
+
+
+def test_finished_array_tasks_and_unmanaged_jobs(tmp_path: Path) -> None:
+    s = snap(tmp_path, [job(81, state="COMPLETED", array_job_id=80, array_task_id=1),
+                        job(82, state="TIMEOUT", array_job_id=80, array_task_id=2),
+                        job(90, state="COMPLETED", record=None), job(91, state="COMPLETED", partition="debug")])
+    assert s.finished == {"80_1": "COMPLETED", "80_2": "TIMEOUT"}, "only managed jobs, by the id users see"
 
 
 def test_fields(tmp_path: Path) -> None:
