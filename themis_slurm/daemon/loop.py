@@ -255,6 +255,7 @@ class Daemon:
         self.store.add_finished(row.job_id, user, row.app_key, now, row.est_work, row.done_service,
                                 keep=max(cal.window, HISTORY_KEPT))
         self._histories = None  # read again (a few rows per user) at the next accounting
+        self.metrics.calibration_samples.inc()
         log.info("calibration app=%s job=%s: completed after %.0f of an estimated %.0f GPU-s (ratio %.2f)",
                  row.app_key, row.job_id, row.done_service, row.est_work, row.done_service / row.est_work)
 
@@ -434,4 +435,7 @@ class Daemon:
             "unavailable": len(snap.unavailable),
         })  # fmt: skip
         self.metrics.apps.set(len(apps))
+        cal = self.calibration()
+        self.metrics.calibration_users.set(len(cal.by_user))
+        self.metrics.calibration_cluster.set(cal.cluster)
         self.metrics.set_jobs(r.intent for r in rows.values())

@@ -50,6 +50,13 @@ class Metrics:
                                        buckets=LATENCY_BUCKETS, registry=r)
         self.last_cycle = Gauge("themis_last_cycle_timestamp_seconds", "Unix time of the last finished cycle",
                                 registry=r)
+        self.calibration_samples = Counter(
+            "themis_calibration_samples", "Managed jobs that ended COMPLETED and joined their user's estimate "
+            "calibration history", registry=r)
+        self.calibration_users = Gauge("themis_calibration_users", "Users whose estimates carry their own "
+                                       "calibration factor (enough finished jobs)", registry=r)
+        self.calibration_cluster = Gauge("themis_calibration_cluster_factor", "Calibration factor of users "
+                                         "without enough history of their own (1: none)", registry=r)
         self.config_reloads = Counter("themis_config_reloads", "SIGHUP reloads by result", ["result"],
                                       registry=r)
 

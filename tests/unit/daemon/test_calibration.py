@@ -44,6 +44,9 @@ def test_completed_jobs_shrink_their_users_later_estimates(slurm: FakeSlurm,
     row = d.store.job(later)
     assert row.est_work == 2000.0 and 0.45 <= row.est_factor <= 0.5
     assert row.work == pytest.approx(2000.0 * row.est_factor)
+    m = d.metrics
+    assert m.value("themis_calibration_samples_total") == 3 and m.value("themis_calibration_users") == 1
+    assert m.value("themis_calibration_cluster_factor") == pytest.approx(row.est_factor)
     # bob has no history of his own: the cluster's factor (alice's, the only user with some) applies
     bob = slurm.submit("bob", "b", 1, 100.0, est_s=1000.0)
     d.cycle()
