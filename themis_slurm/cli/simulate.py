@@ -141,6 +141,9 @@ class _Progress:
               show_default=True, help="Finished jobs a user (and the cluster) needs before calibrating.")
 @click.option("--calibration-window", type=click.IntRange(min=1), default=_SIM.calibration.window,
               show_default=True, help="A user's most recent finished jobs that count.")
+@click.option("--calibration-raise-above", type=click.FloatRange(min=1), default=_SIM.calibration.raise_above,
+              show_default=True, help="Raise the estimates of a user whose jobs outrun them by more than this "
+                                      "(median), down to this tolerance; inf: never.")
 @click.option("--seed", type=int, default=_ARB.seed, show_default=True,
               help="Seeds the workload, the estimate errors and Themis's lottery.")
 @click.option("--sweep", help="NAME=v1,v2,... with NAME in fairness-knob, lease, contention, sensitive-fraction.")
@@ -290,7 +293,8 @@ def _options(o: dict[str, Any]):
     if o["calibration_window"] < o["calibration_min_jobs"]:
         raise _bad("--calibration-window", f"{o['calibration_window']} is below --calibration-min-jobs "
                    f"{o['calibration_min_jobs']}")
-    calibration = CalibrationConfig(o["calibrate"], o["calibration_min_jobs"], o["calibration_window"])
+    calibration = CalibrationConfig(o["calibrate"], o["calibration_min_jobs"], o["calibration_window"],
+                                    o["calibration_raise_above"])
     knobs = replace(_ARB, fairness_knob=o["fairness_knob"], lease_s=o["lease"], seed=o["seed"],
                     restart_cost_s=o["restart_cost"], solver=o["solver"],
                     reserve_wide_gangs=o["reserve_wide_gangs"], keep_wide_gangs=o["keep_wide_gangs"])  # fmt: skip

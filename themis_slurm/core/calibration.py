@@ -14,24 +14,33 @@ The rule, the same for themisd and the simulator:
 * A finished job's **ratio** is the work it really did divided by the estimate it was first given (ideal
   GPU-seconds; on Slurm, attained service of a job that ended COMPLETED; cancelled and failed jobs say
   nothing about their estimate and are not counted).
-* A user's **factor** is the median ratio of their last ``window`` finished jobs, once they have at least
-  ``min_jobs`` of them. The median, not the mean: one job that crashed early and exited 0 moves it little.
+* A user's **median** is the work-weighted median ratio of their last ``window`` finished jobs (each job
+  weighs its true work), once they have at least ``min_jobs`` of them. A median, not a mean: one job that
+  crashed early and exited 0 moves it little; weighted by work, so that many tiny jobs cannot outvote the
+  long ones whose estimates matter.
+* An over-estimating user (median below 1) gets that median as their **factor**. An under-estimating
+  user (median above ``raise_above``, 1.25) gets median / raise_above: their estimates are raised until
+  they are short by at most that tolerance. Under-estimation is the dangerous direction: a job claiming
+  ``--themis-est=1m`` for ten hours makes its waiting app look hundreds of times worse off than it is, and
+  such an app would win every auction (a running job that passes its estimate is stretched, see
+  ``OVERRUN_FRACTION``, but the app's waiting jobs are not). The tolerance keeps honest users whose
+  ratios exceed 1 only through Themis's own preemptions (work redone after a requeue) out of it.
 * A user with fewer finished jobs gets the **cluster factor**: the median over users of each user's own
   median (one vote per user, so one user's estimates cannot move everyone else's), once at least
-  ``min_jobs`` jobs have finished in all.
-* Factors are capped at 1: only over-estimates are corrected. An under-estimate already corrects itself
-  (a job that runs past its estimate is stretched, see ``OVERRUN_FRACTION``), and scaling estimates up
-  would make apps look better off than their history shows.
+  ``min_jobs`` jobs have finished in all. It only ever lowers estimates (at most 1): one user's
+  under-estimates are theirs to answer for.
 
-A factor only ever lowers a user's own estimates, and the caller floors the result where it has a floor
+A factor below 1 lowers a user's own estimates, and the caller floors the result where it has a floor
 (themisd: ``estimates.min_s``): calibration never gives a user an estimate they could not have asked for
-themselves. Pure: the caller keeps the histories (themisd in its store, the simulator in memory).
+themselves. A factor above 1 raises them, capped by the caller where it knows a ceiling (themisd: the
+job's time limit, past which Slurm ends it, and ``estimates.max_s``). Pure: the caller keeps the
+histories (themisd in its store, the simulator in memory).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import median
 
@@ -39,6 +48,8 @@ from statistics import median
 FROM_USER, FROM_CLUSTER, UNCALIBRATED = "user", "cluster", "none"
 #: The smallest factor: estimates are never scaled below this fraction (callers floor them further).
 MIN_FACTOR = 0.01
+#: The largest factor: estimates are never raised above this multiple (callers cap them further).
+MAX_FACTOR = 100.0
 
 
 @dataclass(frozen=True)
@@ -49,11 +60,14 @@ class CalibrationConfig:
         the cluster factor is); fewer, and one early exit would swing the factor.
     window: how many of a user's most recent finished jobs count, so that the factor follows a user who
         changes their habits (or their code).
+    raise_above: a user whose median ratio is above this has their estimates raised by median / raise_above
+        (under-estimates are corrected down to this tolerance); ``math.inf`` never raises.
     """
 
     enabled: bool = True
     min_jobs: int = 10
     window: int = 50
+    raise_above: float = 1.25
 
     def __post_init__(self) -> None:
         if isinstance(self.min_jobs, bool) or not isinstance(self.min_jobs, int) or self.min_jobs < 1:
@@ -61,6 +75,18 @@ class CalibrationConfig:
         if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < self.min_jobs:
             raise ValueError(f"calibration window must be a whole number >= min_jobs ({self.min_jobs}), "
                              f"got {self.window!r}")
+        if isinstance(self.raise_above, bool) or not isinstance(self.raise_above, int | float) or \
+                not self.raise_above >= 1:
+            raise ValueError(f"calibration raise_above must be a number >= 1 (inf: never raise), "
+                             f"got {self.raise_above!r}")
+
+    def factor(self, median: float) -> float:
+        """A user's factor from their median ratio (module docstring)."""
+        if median <= 1.0:
+            return max(median, MIN_FACTOR)
+        if median > self.raise_above:
+            return min(median / self.raise_above, MAX_FACTOR)
+        return 1.0
 
 
 def finished_ratio(estimate: float, work: float) -> float | None:
@@ -70,21 +96,37 @@ def finished_ratio(estimate: float, work: float) -> float | None:
     return work / estimate
 
 
+def weighted_median(samples: Sequence[tuple[float, float]]) -> float:
+    """The smallest value whose samples, with all smaller ones, hold at least half the weight (value,
+    weight pairs; weights >= 0). When every weight is 0, the plain median of the values."""
+    total = sum(w for _, w in samples)
+    if not samples:
+        return math.nan
+    if total <= 0:
+        return median(v for v, _ in samples)
+    acc = 0.0
+    for v, w in sorted(samples):
+        acc += w
+        if acc >= total / 2:
+            return v
+    return max(v for v, _ in samples)  # float rounding: never reached in exact arithmetic
+
+
 @dataclass(frozen=True, slots=True)
 class UserHistory:
-    """The ratios of one user's most recent finished jobs, oldest first, and their median."""
+    """(ratio, true work) of one user's most recent finished jobs, oldest first, and their weighted median."""
 
-    ratios: tuple[float, ...] = ()
+    samples: tuple[tuple[float, float], ...] = ()
     median: float = field(default=math.nan, compare=False)
 
     @classmethod
-    def of(cls, ratios: Iterable[float], window: int) -> UserHistory:
-        kept = tuple(ratios)[-window:]
-        return cls(kept, median(kept) if kept else math.nan)
+    def of(cls, samples: Iterable[tuple[float, float]], window: int) -> UserHistory:
+        kept = tuple(samples)[-window:]
+        return cls(kept, weighted_median(kept))
 
-    def add(self, ratio: float, window: int) -> UserHistory:
+    def add(self, ratio: float, work: float, window: int) -> UserHistory:
         """This history with one more finished job (the oldest falls out past `window`)."""
-        return UserHistory.of((*self.ratios, ratio), window)
+        return UserHistory.of((*self.samples, (ratio, work)), window)
 
 
 @dataclass(frozen=True)
@@ -96,7 +138,7 @@ class Calibration:
     counts: Mapping[str, int] = field(default_factory=dict)  # finished jobs behind each user's history
 
     def factor(self, user: str) -> float:
-        """What to multiply `user`'s estimates by (in (0, 1])."""
+        """What to multiply `user`'s estimates by (in [MIN_FACTOR, MAX_FACTOR]; the cluster's is at most 1)."""
         return self.by_user.get(user, self.cluster)
 
     def source(self, user: str) -> str:
@@ -116,25 +158,21 @@ def calibrate(histories: Mapping[str, UserHistory], cfg: CalibrationConfig) -> C
     by_user: dict[str, float] = {}
     medians: list[float] = []
     total = 0
+    counts: dict[str, int] = {}
     for user, h in histories.items():
-        n = min(len(h.ratios), cfg.window)
+        n = min(len(h.samples), cfg.window)
         if n == 0:
             continue
-        m = h.median if len(h.ratios) <= cfg.window else median(h.ratios[-cfg.window:])
+        m = h.median if len(h.samples) <= cfg.window else weighted_median(h.samples[-cfg.window:])
         total += n
+        counts[user] = n
         medians.append(m)
         if n >= cfg.min_jobs:
-            by_user[user] = _capped(m)
-    cluster = _capped(median(medians)) if total >= cfg.min_jobs else 1.0
-    counts = {u: min(len(h.ratios), cfg.window) for u, h in histories.items() if h.ratios}
+            by_user[user] = cfg.factor(m)
+    cluster = min(1.0, cfg.factor(median(medians))) if total >= cfg.min_jobs else 1.0
     return Calibration(by_user, cluster, counts)
 
 
-def _capped(x: float) -> float:
-    """A factor in (0, 1]: a median of 0 (every job exited at once) still leaves estimates positive."""
-    return min(1.0, max(x, MIN_FACTOR))
-
-
 def calibrated_work(work: float, factor: float) -> float:
-    """The estimate a policy should see: `work` x `factor` (factor <= 1 only ever lowers it)."""
-    return work * min(1.0, factor)
+    """The estimate a policy should see: `work` x `factor` (callers floor or cap it where they can)."""
+    return work * factor

@@ -142,10 +142,12 @@ class EstimatesConfig:
     calibrate: bool = _CALIBRATION.enabled
     calibration_min_jobs: int = _CALIBRATION.min_jobs
     calibration_window: int = _CALIBRATION.window
+    calibration_raise_above: float = _CALIBRATION.raise_above
 
     def calibration(self) -> CalibrationConfig:
         """The core's calibration knobs: the one place themis.yaml's estimates section meets them."""
-        return CalibrationConfig(self.calibrate, self.calibration_min_jobs, self.calibration_window)
+        return CalibrationConfig(self.calibrate, self.calibration_min_jobs, self.calibration_window,
+                                 self.calibration_raise_above)
 
 
 @dataclass(frozen=True)
@@ -336,6 +338,16 @@ def at_least_one(v: Any) -> int:
     return v
 
 
+def at_least_1(v: Any) -> float:
+    try:
+        x = _number(v)
+    except _Bad:
+        raise _Bad("a number >= 1") from None
+    if x < 1:
+        raise _Bad("a number >= 1")
+    return x
+
+
 def fraction(v: Any) -> float:
     try:
         x = _number(v)
@@ -416,7 +428,8 @@ _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
                                     "max_s": at_least("estimates.max_s", positive),
                                     "calibrate": boolean,
                                     "calibration_min_jobs": at_least_one,
-                                    "calibration_window": at_least_one}),
+                                    "calibration_window": at_least_one,
+                                    "calibration_raise_above": at_least_1}),
     "slurm": (SlurmConfig, {
         "partitions": partitions,
         "slurm_conf": optional_path,

@@ -267,7 +267,8 @@ class Daemon:
             return NONE
         if self._histories is None:
             self._histories = {
-                user: UserHistory.of((r for e, w in pairs if (r := finished_ratio(e, w)) is not None), cal.window)
+                user: UserHistory.of(((r, w) for e, w in pairs if (r := finished_ratio(e, w)) is not None),
+                                     cal.window)
                 for user, pairs in self.store.finished_history(cal.window).items()
             }
         return calibrate(self._histories, cal)

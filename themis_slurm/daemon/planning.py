@@ -51,13 +51,20 @@ def account(row: JobRow, mj: ManagedJob, topo: Topology, now: float, cfg: Config
     """The row with attained service and estimate brought up to `now`, and notes to log (once each).
 
     `calibration` is the factor of the job's user (core/calibration.py): the estimate the arbiter sees is
-    the clamped estimate x factor, never below ``estimates.min_s`` on the job's GPUs, so calibration never
-    gives a user an estimate they could not have asked for with est=.
+    the clamped estimate x factor. Lowered, never below ``estimates.min_s`` on the job's GPUs, so
+    calibration never gives a user an estimate they could not have asked for with est=; raised (a user
+    whose jobs outrun their estimates), never above the job's time limit (Slurm ends it there) nor
+    ``estimates.max_s``.
     """
     notes: list[str] = []
     est = estimate(mj, cfg.estimates)
     est_work = est.work(mj.gpus)
-    work = min(est_work, max(calibrated_work(est_work, calibration), cfg.estimates.min_s * mj.gpus))
+    work = calibrated_work(est_work, calibration)
+    if calibration <= 1.0:
+        work = min(est_work, max(work, cfg.estimates.min_s * mj.gpus))
+    else:
+        limit = mj.time_limit_s if mj.time_limit_s is not None and mj.time_limit_s > 0 else math.inf
+        work = max(est_work, min(work, min(limit, cfg.estimates.max_s) * mj.gpus))
     progress, pnote = checked_progress(mj)
     if progress is not None and row.progress is not None and progress < row.progress:
         # progress only moves forward: reporting less would make the app look worse off and win auctions

@@ -502,7 +502,7 @@ class Simulator:
         cal = self.cfg.calibration
         ratio = finished_ratio(j.est0, j.true_work) if cal.enabled else None
         if ratio is not None:
-            self._histories[a.owner] = self._histories.get(a.owner, UserHistory()).add(ratio, cal.window)
+            self._histories[a.owner] = self._histories.get(a.owner, UserHistory()).add(ratio, j.true_work, cal.window)
             self._calibration = calibrate(self._histories, cal)
             for owner in {b.owner for b in self._active.values()}:
                 self._recalibrate(owner)

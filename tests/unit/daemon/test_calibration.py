@@ -102,3 +102,24 @@ def test_history_survives_a_restart_and_calibration_can_be_turned_off(
     again.cycle()
     row = again.store.job(job)
     assert row.est_factor == 1.0 and row.work == 1000.0
+
+
+def test_a_user_whose_jobs_outrun_their_estimates_gets_them_raised_up_to_the_time_limit(
+        slurm: FakeSlurm, make_daemon: Callable[..., Daemon], tmp_path: Path) -> None:
+    """est=1m for jobs that run 10 minutes would make mallory's waiting apps look hundreds of times worse
+    off than they are; her history raises her estimates (to the 1.25 tolerance), never past a job's time
+    limit nor estimates.max_s, and never anybody else's."""
+    d = make_daemon(config(tmp_path, max_s=50_000.0))
+    finish(d, slurm, "mallory", 3, est_s=60.0, work_s=600.0)
+    factor = d.calibration().factor("mallory")
+    assert 7.0 <= factor <= 8.0, "a median near 10, down to the 1.25 tolerance"
+    assert d.calibration().cluster == 1.0
+    free = slurm.submit("mallory", "a", 1, 1e6, est_s=60.0)
+    limited = slurm.submit("mallory", "b", 2, 1e6, est_s=60.0, time_limit_s=300.0)
+    huge = slurm.submit("mallory", "c", 1, 1e6, est_s=10_000.0)
+    bob = slurm.submit("bob", "d", 1, 1e6, est_s=60.0)
+    d.cycle()
+    assert d.store.job(free).work == pytest.approx(60.0 * factor)
+    assert d.store.job(limited).work == 2 * 300.0, "Slurm ends it at its time limit"
+    assert d.store.job(huge).work == 50_000.0, "estimates.max_s"
+    assert d.store.job(bob).work == 60.0 and d.store.job(bob).est_factor == 1.0

@@ -39,6 +39,7 @@ EXAMPLE = Path(__file__).resolve().parents[3] / "daemon" / "themis.yaml"
     ({"estimates": {"calibrate": 1}}, "estimates.calibrate: value 1 is not true or false"),
     ({"estimates": {"calibration_min_jobs": 0}}, "estimates.calibration_min_jobs: value 0 is not an integer >= 1"),
     ({"estimates": {"calibration_window": 2.5}}, "estimates.calibration_window: value 2.5 is not an integer >= 1"),
+    ({"estimates": {"calibration_raise_above": 0.5}}, "estimates.calibration_raise_above: value 0.5 is not a number >= 1"),
     ({"estimates": {"calibration_min_jobs": 20, "calibration_window": 10}},
      "estimates.calibration_window: value 10 is below estimates.calibration_min_jobs (20)"),
 ])  # fmt: skip
@@ -87,9 +88,9 @@ def test_annotated_example_is_valid() -> None:
 def test_every_core_knob_is_settable_and_defaults_to_the_core() -> None:
     core = ArbiterConfig()
     assert parse({}).estimates.calibration() == CalibrationConfig()
-    assert parse({"estimates": {"calibrate": False, "calibration_min_jobs": 4, "calibration_window": 8}}
-                 ).estimates.calibration() == CalibrationConfig(False, 4, 8)
-    assert {f.name for f in fields(CalibrationConfig)} == {"enabled", "min_jobs", "window"}
+    assert parse({"estimates": {"calibrate": False, "calibration_min_jobs": 4, "calibration_window": 8,
+                                "calibration_raise_above": 2}}).estimates.calibration() == CalibrationConfig(False, 4, 8, 2.0)
+    assert {f.name for f in fields(CalibrationConfig)} == {"enabled", "min_jobs", "window", "raise_above"}
     assert parse({}).scheduler.arbiter() == core
     knobs = {"fairness_knob": 0.5, "solver": "fast", "exact_max_bidders": 3, "exact_max_gpus": 7,
              "idle_throughput": 0.2, "hidden_payments": False, "seed": 42, "restart_cost_s": 5,

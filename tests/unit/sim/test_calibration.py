@@ -77,3 +77,12 @@ def test_calibration_undoes_most_of_a_shared_over_estimate_for_themis() -> None:
     raw = max_rho(SimConfig(estimate_error=err, calibration=CalibrationConfig(enabled=False)))
     calibrated = max_rho(SimConfig(estimate_error=err, calibration=CalibrationConfig(min_jobs=3)))
     assert abs(calibrated - exact) < abs(raw - exact), (exact, raw, calibrated)
+
+
+def test_a_user_who_under_estimates_gets_estimates_raised_to_the_tolerance() -> None:
+    # a limit of 10 s for jobs of 100 s: ratio 10, raised by 10 / 1.25 = 8 once three jobs finished
+    spy = Spy(FifoFirstFit())
+    simulate(sequential("u", "a", 6, limit=10.0), ONE_GPU, spy, SimConfig(calibration=CAL3))
+    seen = works(spy, "a5")
+    assert seen[0.0] == 10.0
+    assert seen[300.0] == pytest.approx(80.0)
