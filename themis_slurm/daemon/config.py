@@ -256,14 +256,23 @@ def positive(v: Any) -> float:
     return x
 
 
-def non_negative(v: Any) -> float:
-    try:
-        x = _number(v)
-    except _Bad:
-        raise _Bad("a number >= 0") from None
-    if x < 0:
-        raise _Bad("a number >= 0")
-    return x
+def number_at_least(minimum: float) -> Check:
+    """A finite number >= `minimum` (the message names the bound)."""
+    expected = f"a number >= {minimum:g}"
+
+    def check(v: Any) -> float:
+        try:
+            x = _number(v)
+        except _Bad:
+            raise _Bad(expected) from None
+        if x < minimum:
+            raise _Bad(expected)
+        return x
+
+    return check
+
+
+non_negative = number_at_least(0.0)
 
 
 @dataclass(frozen=True)
@@ -336,16 +345,6 @@ def at_least_one(v: Any) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
         raise _Bad("an integer >= 1")
     return v
-
-
-def at_least_1(v: Any) -> float:
-    try:
-        x = _number(v)
-    except _Bad:
-        raise _Bad("a number >= 1") from None
-    if x < 1:
-        raise _Bad("a number >= 1")
-    return x
 
 
 def fraction(v: Any) -> float:
@@ -429,7 +428,7 @@ _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
                                     "calibrate": boolean,
                                     "calibration_min_jobs": at_least_one,
                                     "calibration_window": at_least_one,
-                                    "calibration_raise_above": at_least_1}),
+                                    "calibration_raise_above": number_at_least(1.0)}),
     "slurm": (SlurmConfig, {
         "partitions": partitions,
         "slurm_conf": optional_path,
