@@ -8,7 +8,8 @@ Experiments (all deterministic for the seeds below):
   3. the philly_mix1 trace on 1,024 GPUs, every policy (skipped when the trace is absent), and the shared
      Gavel trace (Gavel's own generator) with exact run times from Gavel's throughputs, on 32 GPUs;
   4. estimate errors (none, uniform:1:3, lognormal:0.5) for Themis and the estimate-driven baselines, each
-     with and without progress reports (jobs report their fraction done every PROGRESS_S seconds).
+     with and without progress reports (jobs report their fraction done every PROGRESS_S seconds), all with
+     estimate calibration (the default); Themis also without it, to show what calibration buys.
 
     python benchmarks/paper_eval.py            # full: 84 apps as in the paper (FULL below), about an hour with 2 workers (73.7 min on a shared machine)
     python benchmarks/paper_eval.py --quick    # a small smoke version, to check the pipeline (about 2 min)
@@ -28,6 +29,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from themis_slurm.core.arbiter import ArbiterConfig
+from themis_slurm.core.calibration import CalibrationConfig
 from themis_slurm.core.topology import Topology
 from themis_slurm.policies import NAMES
 from themis_slurm.sim import plots
@@ -125,7 +127,9 @@ def estimate_targets(r: Mapping[str, Mapping[str, Metrics]]) -> str:
     for spec in ERRORS[1:]:
         for key, how in ((f"estimates_{spec}", "no reports"), (f"estimates_{spec}+progress", "progress reports")):
             m = r[key]["themis"].summary.max_rho
-            line = f"- {spec}, {how}: themis max rho {m:.2f} vs {base:.2f} with exact estimates ({m / base - 1:+.0%})"
+            raw = r[f"{key}+raw"]["themis"].summary.max_rho
+            line = (f"- {spec}, {how}: themis max rho {m:.2f} vs {base:.2f} with exact estimates ({m / base - 1:+.0%}; "
+                    f"{raw:.2f} without calibration)")
             if spec == "uniform:1:3" and how == "progress reports":  # the target of issue #14
                 line += f"; target within +10%: {'met' if m <= 1.1 * base else 'NOT met'}"
             out.append(line)
@@ -213,12 +217,17 @@ class Eval:
                                 loader_options={"throughputs": str(GAVEL / "simulation_throughputs.json")})  # fmt: skip
             self.add("gavel", spec, "32", self.names)
         names = [n for n in ESTIMATE_POLICIES if n in self.names]
+        raw = CalibrationConfig(enabled=False)
         for spec_s in ERRORS:
             cfg = replace(self.cfg, estimate_error=EstimateError.parse(spec_s))
             self.add(f"estimates_{spec_s}", self.paper(), "64", names, cfg=cfg)
             if spec_s != "none":
-                self.add(f"estimates_{spec_s}+progress", self.paper(), "64", names,
-                         cfg=replace(cfg, progress_interval_s=PROGRESS_S))  # fmt: skip
+                with_reports = replace(cfg, progress_interval_s=PROGRESS_S)
+                self.add(f"estimates_{spec_s}+progress", self.paper(), "64", names, cfg=with_reports)
+                # what estimate calibration buys: Themis with the estimates as given
+                self.add(f"estimates_{spec_s}+raw", self.paper(), "64", ["themis"], cfg=replace(cfg, calibration=raw))
+                self.add(f"estimates_{spec_s}+progress+raw", self.paper(), "64", ["themis"],
+                         cfg=replace(with_reports, calibration=raw))  # fmt: skip
 
     def execute(self) -> None:
         """Run every task, slowest first (Themis, the paper-size runs), on `workers` processes."""
@@ -289,7 +298,9 @@ class Eval:
         md += ["## 4. Estimate errors (paper workload, 64 GPUs)", "",
                f"With progress reports, every running job reports its true fraction done every {PROGRESS_S:g} s "
                "(`SimConfig.progress_interval_s`); policies see (done, work) refined as the daemon refines them "
-               "(`core.workload.refine_by_progress`).", "", estimate_targets(r), ""]  # fmt: skip
+               "(`core.workload.refine_by_progress`). Every policy sees estimates calibrated by each user's "
+               "finished jobs, as themisd does (`core/calibration.py`); the lines below also give Themis's max "
+               "rho with the estimates as given (`--no-calibrate`).", "", estimate_targets(r), ""]  # fmt: skip
         for spec_s in ERRORS:
             md += [f"### {spec_s}", "", md_table(r[f"estimates_{spec_s}"]), ""]
             if spec_s != "none":
