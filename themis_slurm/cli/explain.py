@@ -61,7 +61,7 @@ def render_explain(doc: dict[str, Any], opts: TableOptions) -> str:
     if est:
         source = _SOURCES.get(est["source"], est["source"] or "the default")
         text = f"Estimate:  {duration(est['seconds'])} on its GPUs, from {source}"
-        if est["calibration_factor"] < 1.0:
+        if est["calibration_factor"] != 1.0:
             text += (f" ({duration(est['submitted_seconds'])}) x {est['calibration_factor']:.2f}: calibrated by "
                      "the work its user's finished jobs really did against their estimates")
         lines.append(text + (f"; {est['note']}" if est["note"] else ""))

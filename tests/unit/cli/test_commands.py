@@ -111,3 +111,21 @@ def test_usage_errors_exit_2(run: Run, server: ApiServer) -> None:
 def test_explicit_missing_config_is_an_error(run: Run, tmp_path: Path) -> None:
     res = run("status", "-c", str(tmp_path / "nope.yaml"))
     assert res.exit_code == 1 and "does not exist" in res.output
+
+
+@pytest.mark.parametrize("factor, shown", [(1.0, None), (0.25, "x 0.25"), (2.4, "x 2.40")])
+def test_explain_shows_the_calibrated_estimate(factor: float, shown: str | None) -> None:
+    from themis_slurm.cli.explain import render_explain
+    from themis_slurm.cli.output import TableOptions
+
+    doc = {"job": {"job": "7", "app": "alice/a", "user": "alice", "gpus": 2, "state": "PENDING", "intent": "waiting"},
+           "app": None, "summary": "waiting", "lease": {"end": None}, "rounds": [], "events": [],
+           "placement": {"planned": {}, "granted": None, "current": None},
+           "estimate": {"source": "est=", "seconds": 3600.0 * factor, "submitted_seconds": 3600.0,
+                        "calibration_factor": factor, "note": ""}}
+    line = next(x for x in render_explain(doc, TableOptions()).splitlines() if x.startswith("Estimate:"))
+    assert "from --themis-est" in line
+    if shown is None:
+        assert "calibrated" not in line
+    else:
+        assert shown in line and "(1:00:00)" in line and "calibrated" in line
