@@ -308,7 +308,7 @@ class Simulator:
         self._done_jobs = 0
         self._events = 0
         self._calls = 0
-        self._histories: dict[str, UserHistory] = {}  # per user: ratios of finished jobs (calibration)
+        self._histories: dict[str, UserHistory] = {}  # per user: (ratio, true work) of finished jobs
         self._calibration = NONE
         self._applied: dict[str, float] = {}  # per user: the factor its unfinished jobs' estimates carry
 
