@@ -14,13 +14,15 @@ The rule, the same for themisd and the simulator:
 * A finished job's **ratio** is the work it really did divided by the estimate it was first given (ideal
   GPU-seconds; on Slurm, attained service of a job that ended COMPLETED; cancelled and failed jobs say
   nothing about their estimate and are not counted).
-* A user's **median** is the work-weighted median ratio of their last ``window`` finished jobs (each job
-  weighs its true work), once they have at least ``min_jobs`` of them. A median, not a mean: one job that
-  crashed early and exited 0 moves it little; weighted by work, so that many tiny jobs cannot outvote the
-  long ones whose estimates matter.
-* An over-estimating user (median below 1) gets that median as their **factor**. An under-estimating
-  user (median above ``raise_above``, 1.25) gets median / raise_above: their estimates are raised until
-  they are short by at most that tolerance. Under-estimation is the dangerous direction: a job claiming
+* Over a user's last ``window`` finished jobs, once they have at least ``min_jobs`` of them, two medians
+  of the ratio: the plain one and the work-weighted one (each job weighs its true work). Medians, not
+  means: one job that crashed early and exited 0 moves them little.
+* An under-estimating user (weighted median above ``raise_above``, 1.25) gets weighted median /
+  raise_above as their **factor**: their estimates are raised until they are short by at most that
+  tolerance. Weighted, so that many tiny honest jobs cannot hide the long ones whose estimates lie.
+  Otherwise an over-estimating user (plain median below 1) gets that median: lowering only ever helps the
+  user it applies to, so it needs no defence against its own user, and the plain median is the steadier
+  one (measured: with lognormal(0.5) errors the weighted one cost 0.2 of max rho, docs/design.md). Under-estimation is the dangerous direction: a job claiming
   ``--themis-est=1m`` for ten hours makes its waiting app look hundreds of times worse off than it is, and
   such an app would win every auction (a running job that passes its estimate is stretched, see
   ``OVERRUN_FRACTION``, but the app's waiting jobs are not). The tolerance keeps honest users whose
@@ -80,12 +82,12 @@ class CalibrationConfig:
             raise ValueError(f"calibration raise_above must be a number >= 1 (inf: never raise), "
                              f"got {self.raise_above!r}")
 
-    def factor(self, median: float) -> float:
-        """A user's factor from their median ratio (module docstring)."""
-        if median <= 1.0:
+    def factor(self, median: float, weighted: float) -> float:
+        """A user's factor from their median ratio and their work-weighted median ratio (module docstring)."""
+        if weighted > self.raise_above:
+            return min(weighted / self.raise_above, MAX_FACTOR)
+        if median < 1.0:
             return max(median, MIN_FACTOR)
-        if median > self.raise_above:
-            return min(median / self.raise_above, MAX_FACTOR)
         return 1.0
 
 
@@ -114,15 +116,17 @@ def weighted_median(samples: Sequence[tuple[float, float]]) -> float:
 
 @dataclass(frozen=True, slots=True)
 class UserHistory:
-    """(ratio, true work) of one user's most recent finished jobs, oldest first, and their weighted median."""
+    """(ratio, true work) of one user's most recent finished jobs, oldest first, with the median ratio and
+    the work-weighted median ratio."""
 
     samples: tuple[tuple[float, float], ...] = ()
     median: float = field(default=math.nan, compare=False)
+    weighted: float = field(default=math.nan, compare=False)
 
     @classmethod
     def of(cls, samples: Iterable[tuple[float, float]], window: int) -> UserHistory:
         kept = tuple(samples)[-window:]
-        return cls(kept, weighted_median(kept))
+        return cls(kept, median(r for r, _ in kept) if kept else math.nan, weighted_median(kept))
 
     def add(self, ratio: float, work: float, window: int) -> UserHistory:
         """This history with one more finished job (the oldest falls out past `window`)."""
@@ -163,13 +167,14 @@ def calibrate(histories: Mapping[str, UserHistory], cfg: CalibrationConfig) -> C
         n = min(len(h.samples), cfg.window)
         if n == 0:
             continue
-        m = h.median if len(h.samples) <= cfg.window else weighted_median(h.samples[-cfg.window:])
+        if len(h.samples) > cfg.window:
+            h = UserHistory.of(h.samples, cfg.window)
         total += n
         counts[user] = n
-        medians.append(m)
+        medians.append(h.median)
         if n >= cfg.min_jobs:
-            by_user[user] = cfg.factor(m)
-    cluster = min(1.0, cfg.factor(median(medians))) if total >= cfg.min_jobs else 1.0
+            by_user[user] = cfg.factor(h.median, h.weighted)
+    cluster = max(min(1.0, median(medians)), MIN_FACTOR) if total >= cfg.min_jobs else 1.0
     return Calibration(by_user, cluster, counts)
 
 

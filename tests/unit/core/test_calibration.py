@@ -37,14 +37,18 @@ def test_a_user_with_enough_jobs_gets_the_median_of_their_own_ratios() -> None:
     assert calibrate({"alice": hist(0.5, 0.5, 0.01, 0.5)}, CFG).factor("alice") == 0.5
 
 
-def test_the_median_is_weighted_by_work() -> None:
+def test_raising_reads_the_work_weighted_median_lowering_the_plain_one() -> None:
     assert weighted_median([(0.2, 1.0), (0.9, 5.0), (0.5, 1.0)]) == 0.9
     assert weighted_median([(0.2, 1.0), (0.9, 1.0), (0.5, 1.0)]) == 0.5
     assert weighted_median([(0.2, 0.0), (0.9, 0.0), (0.5, 0.0)]) == 0.5, "no work at all: the plain median"
     assert math.isnan(weighted_median([]))
     # many tiny jobs with honest estimates cannot hide long ones that claim a tenth of their run time
     h = UserHistory.of([(1.0, 60.0)] * 4 + [(10.0, 36_000.0)] * 3, window=50)
-    assert h.median == 10.0
+    assert (h.median, h.weighted) == (1.0, 10.0)
+    assert calibrate({"m": h}, CFG).factor("m") == pytest.approx(8.0)
+    # lowering follows the plain median: one long job does not decide it
+    h = UserHistory.of([(0.5, 60.0)] * 4 + [(1.0, 36_000.0)], window=50)
+    assert calibrate({"a": h}, CFG).factor("a") == 0.5
 
 
 def test_too_few_jobs_and_nobody_else_means_no_calibration() -> None:
