@@ -98,7 +98,9 @@ class Daemon:
         self._learned: dict[str, tuple[str, float]] = {}
         self.last_snapshot: Snapshot | None = None  # served by the status API (no extra Slurm reads)
         self.last_cycle_time: float | None = None
-        self._histories: dict[str, UserHistory] | None = None  # calibration, read from the store when needed
+        # calibration: the histories read from the store when needed, and the Calibration made from them
+        self._histories: dict[str, UserHistory] | None = None
+        self._calibration: Calibration | None = None
 
     # ------------------------------------------------------------------------------------------ config
     def reload(self, new: Config) -> None:
@@ -112,7 +114,7 @@ class Daemon:
             log.warning("config reload: mode %s -> %s", self.cfg.mode, new.mode)
         self.cfg = new
         self._last_signature = None
-        self._histories = None
+        self._histories = self._calibration = None
 
     # ------------------------------------------------------------------------------------------ actions
     def _act(self, action: str, mj: ManagedJob, *args: object) -> bool:
@@ -254,7 +256,7 @@ class Daemon:
         cal = self.cfg.estimates.calibration()
         self.store.add_finished(row.job_id, user, row.app_key, now, row.est_work, row.done_service,
                                 keep=max(cal.window, HISTORY_KEPT))
-        self._histories = None  # read again (a few rows per user) at the next accounting
+        self._histories = self._calibration = None  # read again (a few rows per user) at the next accounting
         self.metrics.calibration_samples.inc()
         log.info("calibration app=%s job=%s: completed after %.0f of an estimated %.0f GPU-s (ratio %.2f)",
                  row.app_key, row.job_id, row.done_service, row.est_work, row.done_service / row.est_work)
@@ -262,8 +264,11 @@ class Daemon:
     def calibration(self) -> Calibration:
         """Every user's estimate calibration, from the finished jobs in the store (cached until one more
         job finishes or the config is reloaded)."""
+        if self._calibration is not None:
+            return self._calibration
         cal = self.cfg.estimates.calibration()
         if not cal.enabled:
+            self._calibration = NONE
             return NONE
         if self._histories is None:
             self._histories = {
@@ -271,7 +276,8 @@ class Daemon:
                                      cal.window)
                 for user, pairs in self.store.finished_history(cal.window).items()
             }
-        return calibrate(self._histories, cal)
+        self._calibration = calibrate(self._histories, cal)
+        return self._calibration
 
     def _account(self, snap: Snapshot, jobs: Mapping[str, ManagedJob], rows: dict[str, JobRow],
                  now: float) -> dict[str, AppRow]:
