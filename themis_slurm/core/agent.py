@@ -15,12 +15,15 @@ import copy
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from themis_slurm.core.fairness import FairnessModel
 from themis_slurm.core.job_facts import JobFactsCache
 from themis_slurm.core.placement import Pool, Profile, get_profile, throughput
 from themis_slurm.core.topology import Level
 from themis_slurm.core.workload import App, Job
+
+_ORDER = attrgetter("order")  # JobFacts.order: the bidding order after lease holders
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,19 +118,19 @@ class Agent:
 
     def _order(self, jobs: list[Job], home: Mapping[str, frozenset[int]], cache: JobFactsCache) -> None:
         """Sort the jobs into bidding order and group them by kind (see __init__)."""
-        facts = cache.get
+        facts = list(map(cache.get, jobs))  # JobFacts keep their job: sort them, not the jobs (one lookup each)
         if home:
-            order = sorted(jobs, key=lambda j: (j.id not in home, *facts(j).order))
+            facts.sort(key=lambda f: (f.job.id not in home, *f.order))
         else:
-            order = sorted(jobs, key=lambda j: facts(j).order)
+            facts.sort(key=_ORDER)
         #: the app's waiting jobs in bidding order
-        self.jobs: tuple[Job, ...] = tuple(order)
+        self.jobs: tuple[Job, ...] = tuple(f.job for f in facts)
         groups: dict[tuple, list[Job]] = {}
         profiles: dict[str, Profile] = {}
         #: jobs placed by the pool's plain best fit (no shape, not elastic, no home): job id -> factors
         plain: dict[str, tuple[float, float, float, float]] = {}
-        for j in order:
-            f = facts(j)
+        for f in facts:
+            j = f.job
             profiles[j.id] = profile = f.profile
             if j.id in home:
                 groups.setdefault(("home", j.id), []).append(j)  # self.kind(j)

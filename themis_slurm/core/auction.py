@@ -237,7 +237,7 @@ def greedy_fill(
 
     for k in range(len(agents)):
         push(k)
-    while heap:
+    while heap and pool.size:  # an empty pool fits nobody: the rest of the heap could only be dropped
         _, k, qi, offer = heapq.heappop(heap)
         if offer is not None and has(offer[0]):
             take(k, qi, offer)

@@ -164,10 +164,10 @@ class FairnessModel:
 
     def rho(self, app: App, now: float, throughput: float) -> float:
         """rho = T_sh / T_id; 1.0 for an app with no work at all."""
-        tid = self.facts(app)[0]
+        tid, remaining, path = self.facts(app)
         if tid <= 0:
             return 1.0
-        return self.t_sh(app, now, throughput) / tid
+        return shared_finish(max(0.0, now - app.arrival), remaining, throughput, self.idle_throughput, path) / tid
 
 
 def shared_finish(
