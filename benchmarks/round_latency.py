@@ -1,9 +1,12 @@
 """One full Themis round (bids, winner determination, hidden payments, leftover) at growing sizes.
 
-All GPUs free: the cold-start worst case. Beside it, on the same state, the ``ftf`` baseline (Gavel's
-finish-time fairness): its solve (the bisection on the largest rho, :func:`ftf_shares`) and its whole
-round (the solve plus realising the time fractions as grants). Prints the median wall time per size and, where the exact
-solver finishes within its time limit, the fast solver's objective relative to the exact one.
+All GPUs free: the cold-start worst case. Rounds are timed as themisd and the simulator run them, with
+Python's cyclic garbage collector paused (themis_slurm/gc_pause.py says why); the ``gc on ms`` column
+times today's code with the collector as the interpreter runs it by default. Beside it, on the same
+state, the ``ftf`` baseline (Gavel's finish-time fairness): its solve (the bisection on the largest rho,
+:func:`ftf_shares`) and its whole round (the solve plus realising the time fractions as grants). Prints
+the median wall time per size and, where the exact solver finishes within its time limit, the fast
+solver's objective relative to the exact one.
 
 Side by side: with ``--baseline REF`` (default: 2a5d07f, the core before the data-structure work of
 issue #13) the package as of that git commit is extracted into a temporary directory under another
@@ -32,6 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
+
+from themis_slurm.gc_pause import collector_paused
 
 SIZES = [(32, 128, 128), (128, 512, 512), (512, 2048, 2048), (2048, 10000, 8192)]
 MODELS = ["vgg16", "alexnet", "resnet50", "inception3", "googlenet", "vgg19"]
@@ -137,13 +142,18 @@ def bench(size: tuple[int, int, int], repeats: int, exact_limit_s: float, base: 
     runs = {"new": (new, make_state(*size, core=new), new.arbiter.ArbiterConfig(solver="fast"))}
     if base is not None:
         runs["baseline"] = (base, make_state(*size, core=base), base.arbiter.ArbiterConfig(solver="fast"))
-    times: dict[str, list[float]] = {k: [] for k in runs}
+    times: dict[str, list[float]] = {k: [] for k in [*runs, "gc_on"]}
     last = {}
     for _ in range(repeats):
         for name, (core, state, cfg) in runs.items():  # alternate: noise from other processes hits both
-            t = time.perf_counter()
-            last[name] = core.arbiter.run_round(state, cfg)
-            times[name].append(time.perf_counter() - t)
+            with collector_paused():  # as themisd and the simulator run a round (themis_slurm/gc_pause.py)
+                t = time.perf_counter()
+                last[name] = core.arbiter.run_round(state, cfg)
+                times[name].append(time.perf_counter() - t)
+        core, state, cfg = runs["new"]
+        t = time.perf_counter()
+        core.arbiter.run_round(state, cfg)  # the collector as the interpreter runs it by default
+        times["gc_on"].append(time.perf_counter() - t)
     d = last["new"]
     ftf_solve, ftf_round = time_ftf(runs["new"][1], repeats)
     gap, exact_s = gap_to_exact(new, runs["new"][1], exact_limit_s) if exact_limit_s > 0 else (None, None)
@@ -153,6 +163,7 @@ def bench(size: tuple[int, int, int], repeats: int, exact_limit_s: float, base: 
         "gpus": size[2],
         "median_ms": statistics.median(times["new"]) * 1000,
         "min_ms": min(times["new"]) * 1000,
+        "gc_on_median_ms": statistics.median(times["gc_on"]) * 1000,
         "repeats": repeats,
         "granted_gpus": sum(len(g.gpus) for g in d.grants),
         "grants": len(d.grants),
@@ -185,7 +196,8 @@ def main() -> None:
     if args.json:
         print(json.dumps({"benchmark": "round_latency", "baseline": args.baseline, "rows": rows}, indent=2))
         return
-    head = (f"{'apps':>5} {'jobs':>6} {'gpus':>5} {'median ms':>10} {'min ms':>8} {'granted':>8} {'fast/exact gap':>15}"
+    head = (f"{'apps':>5} {'jobs':>6} {'gpus':>5} {'median ms':>10} {'min ms':>8} {'gc on ms':>9} {'granted':>8}"
+            f" {'fast/exact gap':>15}"
             f" {'ftf solve ms':>12} {'ftf round ms':>12}")  # fmt: skip
     if base is not None:
         head += f" {'base ms':>9} {'speed-up':>8} {'identical':>9}"
@@ -194,7 +206,8 @@ def main() -> None:
         gap = r["fast_vs_exact_gap"]
         gap_s = f"{gap * 100:.3f}%" if isinstance(gap, float) else ("n/a (>limit)" if gap is None else "error")
         line = (f"{r['apps']:>5} {r['jobs']:>6} {r['gpus']:>5} {r['median_ms']:>10.1f} {r['min_ms']:>8.1f} "
-                f"{r['granted_gpus']:>8} {gap_s:>15} {r['ftf_solve_ms']:>12.1f} {r['ftf_round_ms']:>12.1f}")  # fmt: skip
+                f"{r['gc_on_median_ms']:>9.1f} {r['granted_gpus']:>8} {gap_s:>15} {r['ftf_solve_ms']:>12.1f} "
+                f"{r['ftf_round_ms']:>12.1f}")  # fmt: skip
         if base is not None:
             line += f" {r['baseline_median_ms']:>9.1f} {r['speedup']:>7.2f}x {'yes' if r['identical'] else 'NO':>9}"
         print(line)

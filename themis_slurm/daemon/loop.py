@@ -39,6 +39,7 @@ from themis_slurm.daemon.planning import (
 )
 from themis_slurm.daemon.reconcile import Fix, reconcile
 from themis_slurm.daemon.store import AppRow, JobRow, Store
+from themis_slurm.gc_pause import collector_paused
 from themis_slurm.slurm.model import ManagedJob, SlurmBackend, Snapshot
 
 log = logging.getLogger("themisd")
@@ -310,7 +311,8 @@ class Daemon:
         cfg = self.cfg
         t0 = self.perf()
         try:
-            decision = run_round(inp.state, cfg.scheduler.arbiter())
+            with collector_paused():  # themis_slurm/gc_pause.py: the round's garbage goes by reference counting
+                decision = run_round(inp.state, cfg.scheduler.arbiter())
         except Exception:
             log.exception("arbiter round failed (trigger: %s); state kept, retried next cycle", trigger)
             return {}

@@ -61,6 +61,7 @@ from themis_slurm.core.placement import DEFAULT_PROFILE, get_profile
 from themis_slurm.core.state import ClusterState
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import App, Job, Lease, refine_by_progress
+from themis_slurm.gc_pause import collector_paused
 from themis_slurm.policies.base import Policy, PolicyContext
 from themis_slurm.sim.estimate_error import EstimateError, bumped
 from themis_slurm.sim.trace import Trace, TraceJob
@@ -618,7 +619,8 @@ class Simulator:
     def _call(self, t: float, reasons: set[str]) -> Decision:
         state, jobs = self._state(t)
         self._calls += 1
-        decision = self.policy.schedule(PolicyContext(state, frozenset(reasons)))
+        with collector_paused():  # themis_slurm/gc_pause.py: a call's garbage goes by reference counting
+            decision = self.policy.schedule(PolicyContext(state, frozenset(reasons)))
         if self.cfg.validate:
             check_decision(self.policy_name, decision, t, self.topo, state.free, self._holdings, jobs)
         for p in decision.preemptions:
