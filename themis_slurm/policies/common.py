@@ -389,14 +389,18 @@ def priority_fill(
     backfill); otherwise smaller jobs further down may use what is left (work conservation).
     """
     short_of = math.inf  # smallest need that failed for lack of GPUs, free or displaceable
+    granted, kept = pad.granted, pad.holding()
     for k, job in enumerate(ranked):
-        if pad.is_active(job.id):
+        if job.id in granted or job.id in kept:  # pad.is_active, inlined: this loop sees every waiting job
             continue
-        if not pad.pool.size and victims_for is None and not strict:
-            # nothing can be placed any more: the rest wait, as the loop would say, without a placement try
+        if not pad.pool.size and not strict and (victims_for is None or short_of <= 1):
+            # nothing can be placed any more (no free GPU, and not even one GPU's worth can be displaced):
+            # the rest wait, as the loop would say, without a placement try
+            why = pad.why_wait
             for later in itertools.islice(ranked, k, None):
-                if not pad.is_active(later.id):
-                    pad.wait(later, "does not fit")
+                jid = later.id
+                if jid not in granted and jid not in kept:
+                    why.setdefault(jid, "does not fit")
             return
         # a placement takes at least min_gpus GPUs of the pool: no call that could only fail
         got = placer(job, pad.pool) if pad.pool.size >= job.min_gpus else None

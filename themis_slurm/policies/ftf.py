@@ -28,7 +28,7 @@ from themis_slurm.core.fairness import FairnessModel
 from themis_slurm.core.workload import App
 from themis_slurm.policies.base import PolicyContext
 from themis_slurm.policies.fairshare import water_fill
-from themis_slurm.policies.maxmin import MaxMinPolicy
+from themis_slurm.policies.maxmin import MaxMinPolicy, job_time_fractions
 
 _MAX_RHO = 1e6
 
@@ -90,6 +90,5 @@ class FtfPolicy(MaxMinPolicy):
         shares, self.last_max_rho = ftf_shares(list(s.apps), model, s.now, capacity)
         out: dict[str, float] = {}
         for a in s.apps:
-            per_job = water_fill(shares[a.id], {j.id: float(j.gpus) for j in a.jobs})
-            out.update({j.id: min(1.0, per_job[j.id] / j.gpus) for j in a.jobs})
+            job_time_fractions(shares[a.id], a.jobs, out)
         return out

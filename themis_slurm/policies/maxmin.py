@@ -24,26 +24,59 @@ where normalised throughput is time share), per app rather than per job, since T
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from themis_slurm.core.decision import Decision
 from themis_slurm.core.placement import Pool
 from themis_slurm.core.workload import Job
 from themis_slurm.policies.base import PolicyContext
 from themis_slurm.policies.common import INF, BaselineScratchpad, EpochClock, priority_fill
-from themis_slurm.policies.fairshare import water_fill
+from themis_slurm.policies.fairshare import _TOL, water_fill
 
 _EPS = 1e-9
 
 
-def time_fractions(jobs_by_app: Mapping[str, list[Job]], capacity: float) -> dict[str, float]:
+def time_fractions(jobs_by_app: Mapping[str, Sequence[Job]], capacity: float) -> dict[str, float]:
     """X_j for every job: max-min shares of `capacity` GPUs over apps, then over each app's jobs."""
     shares = water_fill(capacity, {a: float(sum(j.gpus for j in js)) for a, js in jobs_by_app.items()})
     out: dict[str, float] = {}
     for aid, jobs in jobs_by_app.items():
-        per_job = water_fill(shares[aid], {j.id: float(j.gpus) for j in jobs})
-        out.update({j.id: min(1.0, per_job[j.id] / j.gpus) for j in jobs})
+        job_time_fractions(shares[aid], jobs, out)
     return out
+
+
+def _width_then_id(j: Job) -> tuple[int, str]:
+    return j.gpus, j.id
+
+
+def job_time_fractions(share: float, jobs: Sequence[Job], out: dict[str, float]) -> None:
+    """X_j = min(1, s_j / width_j) into `out`, s being ``water_fill(share, {job: width})``: the same floats
+    in the same order, without a dictionary of demands and one of shares per app and call (ftf and maxmin
+    ask this of every unfinished job of every app, at every call).
+
+    An app whose share covers all its jobs (the sum of their widths) runs each all the time, with no sort.
+    """
+    if share >= sum(j.gpus for j in jobs):
+        for j in jobs:
+            out[j.id] = 1.0
+        return
+    order = sorted(jobs, key=_width_then_id)  # water_fill's order: (demand, key)
+    left = float(share)
+    n = len(order)
+    i = 0
+    while i < n and left > _TOL:
+        level = left / (n - i)
+        j = order[i]
+        d = float(j.gpus)
+        if d > level:  # the rest get the level: below each one's width (widths only grow from here)
+            for j in order[i:]:
+                out[j.id] = level / j.gpus
+            return
+        out[j.id] = 1.0  # its whole width: d / width
+        left -= d
+        i += 1
+    for j in order[i:]:  # nothing left for them
+        out[j.id] = 0.0
 
 
 class MaxMinPolicy:
@@ -64,11 +97,14 @@ class MaxMinPolicy:
         # priority X_j / received fraction (floored at _EPS), and the sort key
         prio: dict[str, float] = {}
         key: dict[str, tuple[float, float, str]] = {}
-        for jid, j in pad.jobs.items():
+        share: dict[str, float] = dict.fromkeys(pad.apps, 0.0)  # GPUs of time share per app (for its note)
+        for jid, j in pad.jobs.items():  # app by app, each app's jobs in order
             age = now - j.submit
             received = j.service / (j.gpus * age) if age > _EPS else 0.0
-            p = prio[jid] = x[jid] / (received if received > _EPS else _EPS)
+            xj = x[jid]
+            p = prio[jid] = xj / (received if received > _EPS else _EPS)
             key[jid] = (-p, j.submit, jid)
+            share[j.app_id] += xj * j.gpus
         at_boundary = self.epochs.on_boundary(now)
         rotatable = self.epochs.rotatable(pad)
         order = sorted([*pad.waiting(), *(pad.jobs[j] for j in rotatable)], key=lambda j: key[j.id])
@@ -88,9 +124,8 @@ class MaxMinPolicy:
         oversubscribed = any(not pad.is_active(j.id) for j in pad.jobs.values())
         expiry = self.epochs.after(now) if oversubscribed else INF
         pad.set_expiry(expiry)
-        for a in ctx.state.apps:
-            share = sum(x[j.id] * j.gpus for j in a.jobs)
-            pad.note(a.id, f"{self.name} time share {share:.2f} GPU(s)")
+        for aid, gpus in share.items():
+            pad.note(aid, f"{self.name} time share {gpus:.2f} GPU(s)")
         next_round = self.epochs.after(now)
         pad.explain_waiting(lambda j: f"priority {prio[j.id]:.2f}: next round at t={next_round:.0f}")
         self._wake = expiry if oversubscribed else None

@@ -6,7 +6,8 @@ import pytest
 
 from themis_slurm.core.topology import Topology
 from themis_slurm.policies import MaxMinPolicy
-from themis_slurm.policies.maxmin import time_fractions
+from themis_slurm.policies.fairshare import water_fill
+from themis_slurm.policies.maxmin import job_time_fractions, time_fractions
 
 from .helpers import app, check, ctx, job, state, step
 
@@ -19,6 +20,28 @@ def test_time_fractions_are_max_min_over_apps_then_jobs() -> None:
     x = time_fractions({"a": a, "b": b}, 4)
     # b wants 1 GPU (< the 2 of an equal split) and gets it; a gets 3 of 4 GPUs, 1.5 per 4-GPU job
     assert x == {"b0": 1.0, "a0": pytest.approx(1.5 / 4), "a1": pytest.approx(1.5 / 4)}
+
+
+def _by_water_fill(share: float, jobs) -> dict[str, float]:
+    """The definition: water-fill the app's share over its jobs' widths, X_j = min(1, s_j / width_j)."""
+    per_job = water_fill(share, {j.id: float(j.gpus) for j in jobs})
+    return {j.id: min(1.0, per_job[j.id] / j.gpus) for j in jobs}
+
+
+def test_job_time_fractions_are_exactly_the_water_fill() -> None:
+    """The fast path gives the very floats of the definition, for shares below, at and above the demand."""
+    import random
+
+    rng = random.Random(5)
+    for case in range(400):
+        widths = [rng.choice([1, 1, 1, 2, 2, 3, 4, 8]) for _ in range(rng.randint(1, 30))]
+        jobs = [job(f"j{case}_{k:02d}", "a", gpus=w) for k, w in enumerate(widths)]
+        total = sum(widths)
+        for share in (0.0, 1e-12, rng.uniform(0, total), rng.uniform(0, 3), float(total), total + 0.5,
+                      total / 3.0, 0.1 * rng.randint(1, 10 * total)):  # fmt: skip
+            out: dict[str, float] = {}
+            job_time_fractions(share, jobs, out)
+            assert out == _by_water_fill(share, jobs), (widths, share)
 
 
 def _run(apps, rounds: int, quantum: float = 100.0) -> dict[str, float]:
