@@ -96,14 +96,16 @@ class SlaqPolicy:
 
         value: dict[str, float] = {}
         seen, kept = self._waiting_values, {}
-        for j in pad.waiting():
+        waiting = pad.waiting()
+        for j in waiting:
             hit = seen.get(id(j))
             v = hit[2] if hit is not None and hit[0] is j and hit[1] is topo else per_gpu(j)
             kept[id(j)] = (j, topo, v)
             value[j.id] = v
         self._waiting_values = kept
         value.update({jid: per_gpu(pad.jobs[jid], lease.gpus) for jid, lease in pad.running.items()})
-        order = sorted(pad.waiting(), key=lambda j: (-value[j.id], j.submit, j.id))
+        # by (-value, submit, id): ids are unique, so the jobs themselves are never compared
+        order = [t[3] for t in sorted([(-value[j.id], j.submit, j.id, j) for j in waiting])]
         rotatable = self.epochs.rotatable(pad) if self.preempt else []
 
         def victims(job: Job) -> list[str]:
@@ -119,11 +121,16 @@ class SlaqPolicy:
         oversubscribed = any(not pad.is_active(j.id) for j in pad.jobs.values())
         expiry = self.epochs.after(now) if oversubscribed else INF
         pad.set_expiry(expiry)
-        for j in order:
-            if not pad.is_active(j.id):
-                pad.why_wait[j.id] = (
-                    f"loss reduction {value[j.id]:.2e}/GPU: {pad.why_wait.get(j.id, 'does not fit')}"
-                )
+        # each app's note reports its first waiting job that is still waiting (BaselineScratchpad.decision):
+        # only that one is worded, not the thousands behind it
+        running = pad.running
+        for app in ctx.state.apps:
+            for j in app.jobs:
+                if j.id not in running and not pad.is_active(j.id):
+                    pad.why_wait[j.id] = (
+                        f"loss reduction {value[j.id]:.2e}/GPU: {pad.why_wait.get(j.id, 'does not fit')}"
+                    )
+                    break
         self._wake = expiry if oversubscribed else None
         return pad.decision(order, renew_expiry=expiry)
 

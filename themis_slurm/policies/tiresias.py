@@ -72,8 +72,10 @@ class TiresiasPolicy:
         return bisect.bisect_right(self.thresholds, self._service(job))
 
     def _queues(self, jobs: dict[str, Job]) -> dict[str, int]:
-        """:meth:`queue_of` of every job, once per call (promotion then updates it in place)."""
-        return {jid: self.queue_of(j) for jid, j in jobs.items()}
+        """:meth:`queue_of` of every job, once per call (promotion then updates it in place); inlined, as
+        this runs over every unfinished job at every call."""
+        th, base, right = self.thresholds, self._base, bisect.bisect_right
+        return {jid: right(th, max(0.0, j.service - base.get(jid, 0.0))) for jid, j in jobs.items()}
 
     def _promote(self, pad: BaselineScratchpad, queue: dict[str, int]) -> None:
         """Promote waiting jobs that waited long enough to queue 0 (updates `queue` in place)."""
@@ -97,10 +99,8 @@ class TiresiasPolicy:
         queue = self._queues(pad.jobs)
         self._promote(pad, queue)
 
-        def key(j: Job) -> tuple:
-            return (queue[j.id], j.submit, j.id)
-
-        order = sorted(pad.jobs.values(), key=key)
+        # by (queue, submit, id): ids are unique, so the jobs themselves are never compared
+        order = [t[3] for t in sorted([(queue[jid], j.submit, jid, j) for jid, j in pad.jobs.items()])]
 
         def placer(job: Job, pool) -> frozenset[int] | None:
             return pad.fit(job, pool=pool, consolidate=self.consolidate and profile_sensitive(job))
@@ -124,15 +124,17 @@ class TiresiasPolicy:
         for jid in pad.preempted:
             if jid not in pad.granted:
                 self._clock.requeue(jid, pad.now)
-        for job in pad.waiting():
-            if not pad.is_active(job.id) and job.id in pad.why_wait:
-                pad.why_wait[job.id] = f"queue {queue[job.id]}: {pad.why_wait[job.id]}"
+        why = pad.why_wait
+        for jid, text in why.items():  # jobs that were waiting and still are (values only: order kept)
+            if jid not in pad.running and not pad.is_active(jid):
+                why[jid] = f"queue {queue[jid]}: {text}"
         self._wake = self._next_event(pad, queue)
         return pad.decision(order)
 
     def _next_event(self, pad: BaselineScratchpad, queue: dict[str, int]) -> float | None:
         """Earliest future queue crossing of a kept running job or promotion of a waiting one."""
-        waiting = [j for j in pad.jobs.values() if not pad.is_active(j.id)]
+        granted, kept = pad.granted, pad.holding()
+        waiting = [j for jid, j in pad.jobs.items() if jid not in granted and jid not in kept]
         if not waiting:
             return None
         t = INF
