@@ -119,10 +119,9 @@ class Agent:
     def _order(self, jobs: list[Job], home: Mapping[str, frozenset[int]], cache: JobFactsCache) -> None:
         """Sort the jobs into bidding order and group them by kind (see __init__)."""
         facts = list(map(cache.get, jobs))  # JobFacts keep their job: sort them, not the jobs (one lookup each)
-        if home:
-            facts.sort(key=lambda f: (f.job.id not in home, *f.order))
-        else:
-            facts.sort(key=_ORDER)
+        facts.sort(key=_ORDER)
+        if home:  # lease holders first, each part in order (orders are unique: they end in the job id)
+            facts = [f for f in facts if f.job.id in home] + [f for f in facts if f.job.id not in home]
         #: the app's waiting jobs in bidding order
         self.jobs: tuple[Job, ...] = tuple(f.job for f in facts)
         groups: dict[tuple, list[Job]] = {}
