@@ -98,13 +98,22 @@ class SlurmPolicy:
         factor: dict[str, float] = {}  # user -> fair-share factor: one sum over the usage per user, not per job
         for u in set(owner.values()):
             factor[u] = self.fairshare(u, users)
-        prio = {j.id: self._priority(j, now, factor[owner[j.app_id]]) for j in waiting}
-        order = sorted(waiting, key=lambda j: (-prio[j.id], j.submit, j.id))
+        # _priority, inlined (every waiting job, every call); each app's best for its note on the way
+        prio: dict[str, float] = {}
+        best: dict[str, float] = {}
+        w_age, w_fair, max_age = self.weight_age, self.weight_fairshare, self.max_age
+        for j in waiting:
+            aid = j.app_id
+            p = prio[j.id] = w_age * min(1.0, max(0.0, now - j.submit) / max_age) + w_fair * factor[owner[aid]]
+            if aid not in best or p > best[aid]:
+                best[aid] = p
+        # by (-priority, submit, id): ids are unique, so the jobs themselves are never compared
+        order = [t[3] for t in sorted([(-prio[j.id], j.submit, j.id, j) for j in waiting])]
 
         shadow: float | None = None  # reservation start
         reserved: frozenset[int] = frozenset()
         outside: Pool | None = None  # free GPUs minus the reserved ones
-        for job in order:
+        for k, job in enumerate(order):
             if shadow is None:
                 got = pad.fit(job)
                 if got is not None:
@@ -125,6 +134,15 @@ class SlurmPolicy:
                 pad.wait(job, f"highest priority; reserved {len(reserved)} GPU(s) at t={shadow:.0f}")
                 continue
             assert outside is not None
+            if job.gpus > pad.pool.size:  # fits neither the free GPUs nor those outside the reservation
+                if not pad.pool.size:  # no GPU left: all the rest wait for the same reason
+                    why, delay = pad.why_wait, f"would delay the reservation at t={shadow:.0f}"
+                    for later in order[k:]:
+                        if later.id not in pad.granted:
+                            why.setdefault(later.id, delay)
+                    break
+                pad.wait(job, f"would delay the reservation at t={shadow:.0f}")
+                continue
             got = pad.fit(job)
             if got is not None and now + estimated_runtime(job, got, topo) <= shadow:
                 how = "backfill: ends before the reservation"
@@ -138,9 +156,8 @@ class SlurmPolicy:
             outside.take(got - reserved)
             pad.note(job.app_id, f"job {job.id} {how}")
         for a in ctx.state.apps:
-            best = max((prio[j.id] for j in a.jobs if j.id in prio), default=None)
-            if best is not None:
-                pad.note(a.id, f"priority {best:.0f} (fair share {factor[a.owner]:.3f})")
+            if a.id in best:
+                pad.note(a.id, f"priority {best[a.id]:.0f} (fair share {factor[a.owner]:.3f})")
         self._holding = {}
         for jid in pad.jobs:
             if pad.is_active(jid):
