@@ -234,7 +234,8 @@ class _A:
     """Mutable per-app bookkeeping."""
 
     __slots__ = ("id", "owner", "arrival", "cint0", "total", "completed", "present", "demand", "peak",
-                 "finished_work", "finished_path", "finish", "contention", "running", "snaps")  # fmt: skip
+                 "finished_work", "finished_path", "finish", "contention", "running", "snaps",
+                 "runners")  # fmt: skip
 
     def __init__(self, app_id: str, owner: str, arrival: float, cint0: float, total: int) -> None:
         self.id, self.owner, self.arrival, self.cint0, self.total = app_id, owner, arrival, cint0, total
@@ -248,6 +249,8 @@ class _A:
         #: the snapshots of its waiting jobs while none of them starts and none comes or goes (each is the
         #: job's cached waiting snapshot); running jobs are snapshot afresh at every call
         self.snaps: tuple[Job, ...] | None = None
+        #: its running jobs in arrival order, kept (and dropped) with `snaps`: no pass over all its jobs
+        self.runners: tuple[_J, ...] = ()
 
 
 Observer = Callable[["Simulator", Decision], None]
@@ -605,8 +608,9 @@ class Simulator:
                 snaps = a.snaps = tuple(
                     j.snap or snapshot(j, t) for j in a.present.values() if j.state == _WAITING
                 )
+                a.runners = tuple(j for j in a.present.values() if j.state == _RUNNING) if a.running else ()
             if a.running:
-                snaps += tuple(snapshot(j, t) for j in a.present.values() if j.state == _RUNNING)
+                snaps += tuple(snapshot(j, t) for j in a.runners)
             for s in snaps:
                 jobs[s.id] = s
             contention = (self._cint - a.cint0) / (t - a.arrival) if t > a.arrival else n_now
