@@ -89,14 +89,20 @@ class Agent:
         # finish time is its last job's, so the critical path starts first), then by submit time
         cache = model.job_facts
         assert cache is not None
+        # The jobs other than lease holders are ordered and grouped once while they stay the same (kept in
+        # the cache: the simulator's waiting jobs are the same objects round after round); lease holders,
+        # which change at every expiry, go in front (see _order).
         jobs = list(jobs)
-        hit = None if home else cache.orders.get(app.id)
-        if hit is not None and hit[0] == jobs:  # the same waiting jobs as last round: the same order and kinds
-            self.jobs, self.kinds, self._plain, self._profiles = hit[1]
+        rest = [j for j in jobs if j.id not in home] if home else jobs
+        hit = cache.orders.get(app.id)
+        if hit is not None and hit[0] == rest:  # the same waiting jobs as last round: the same order and kinds
+            derived = hit[1]
         else:
-            self._order(jobs, home, cache)
-            if not home:
-                cache.orders[app.id] = (jobs, (self.jobs, self.kinds, self._plain, self._profiles))
+            derived = _order(rest, cache)
+            cache.orders[app.id] = (rest, derived)
+        if home:
+            derived = _with_holders(derived, [j for j in jobs if j.id in home], cache)
+        self.jobs, self.kinds, self._plain, self._profiles = derived
         self._tid, self._remaining, self._path = model.facts(app)
         self._elapsed = max(0.0, now - app.arrival)
         self._idle = model.idle_throughput
@@ -115,32 +121,6 @@ class Agent:
         new.homes = {k: v for k, v in self.homes.items() if k != job_id}
         new.rho_base = new.rho_of(0.0)
         return new
-
-    def _order(self, jobs: list[Job], home: Mapping[str, frozenset[int]], cache: JobFactsCache) -> None:
-        """Sort the jobs into bidding order and group them by kind (see __init__)."""
-        facts = list(map(cache.get, jobs))  # JobFacts keep their job: sort them, not the jobs (one lookup each)
-        facts.sort(key=_ORDER)
-        if home:  # lease holders first, each part in order (orders are unique: they end in the job id)
-            facts = [f for f in facts if f.job.id in home] + [f for f in facts if f.job.id not in home]
-        #: the app's waiting jobs in bidding order
-        self.jobs: tuple[Job, ...] = tuple(f.job for f in facts)
-        groups: dict[tuple, list[Job]] = {}
-        profiles: dict[str, Profile] = {}
-        #: jobs placed by the pool's plain best fit (no shape, not elastic, no home): job id -> factors
-        plain: dict[str, tuple[float, float, float, float]] = {}
-        for f in facts:
-            j = f.job
-            profiles[j.id] = profile = f.profile
-            if j.id in home:
-                groups.setdefault(("home", j.id), []).append(j)  # self.kind(j)
-                continue
-            groups.setdefault(f.kind, []).append(j)
-            if j.nodes is None and not j.elastic:
-                plain[j.id] = profile.factors
-        #: the jobs grouped by kind, kinds in bidding order: interchangeable jobs are placed once
-        self.kinds: tuple[tuple[Job, ...], ...] = tuple(tuple(g) for g in groups.values())
-        self._plain = plain
-        self._profiles = profiles
 
     def rho_of(self, extra_throughput: float) -> float:
         """rho if the app ran at base + extra throughput from now on (:func:`shared_finish` / T_id)."""
@@ -258,3 +238,37 @@ class Agent:
         x = sum(g.throughput for g in gangs)
         rho = self.rho_of(x)
         return Bundle(self.app_id, tuple(gangs), rho, math.log(self.rho_base) - math.log(rho))
+
+
+#: what an agent derives from its jobs: (bidding order, kinds in bidding order, plain jobs -> their placement
+#: factors, job -> profile); see Agent.__init__
+Derived = tuple[tuple[Job, ...], tuple[tuple[Job, ...], ...], dict[str, tuple[float, float, float, float]],
+                dict[str, Profile]]  # fmt: skip
+
+
+def _order(jobs: list[Job], cache: JobFactsCache) -> Derived:
+    """Jobs that hold no lease: sorted into bidding order (longest remaining run first, then submit time,
+    then id) and grouped by kind, kinds in bidding order (interchangeable jobs are placed once). Plain jobs
+    (no shape, not elastic) are placed by the pool's plain best fit."""
+    facts = list(map(cache.get, jobs))  # JobFacts keep their job: sort them, not the jobs (one lookup each)
+    facts.sort(key=_ORDER)
+    groups: dict[tuple, list[Job]] = {}
+    profiles: dict[str, Profile] = {}
+    plain: dict[str, tuple[float, float, float, float]] = {}
+    for f in facts:
+        j = f.job
+        profiles[j.id] = profile = f.profile
+        groups.setdefault(f.kind, []).append(j)
+        if j.nodes is None and not j.elastic:
+            plain[j.id] = profile.factors
+    return tuple(f.job for f in facts), tuple(tuple(g) for g in groups.values()), plain, profiles
+
+
+def _with_holders(rest: Derived, holders: list[Job], cache: JobFactsCache) -> Derived:
+    """:func:`_order`'s result for the other jobs with the lease holders in front, in bidding order among
+    themselves, each its own kind (a holder is renewed in place, so it is interchangeable with nobody) and
+    never plain (its home is tried first)."""
+    facts = sorted(map(cache.get, holders), key=_ORDER)
+    jobs, kinds, plain, profiles = rest
+    return (tuple(f.job for f in facts) + jobs, tuple((f.job,) for f in facts) + kinds, plain,
+            {**profiles, **{f.job.id: f.profile for f in facts}})  # fmt: skip
