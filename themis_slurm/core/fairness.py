@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from operator import is_
 
 from themis_slurm.core.job_facts import SHARED, JobFactsCache
 from themis_slurm.core.placement import get_profile, throughput
@@ -116,14 +117,19 @@ class FairnessModel:
         # pass over all jobs would (the same floats in the same order).
         seen = cache.sums.get(app.id)
         start = 0
+        runs: list[tuple] = []
         if seen is not None and seen[1] == arrival:
             prev, runs = seen[0], seen[2]
-            limit = min(len(prev), len(jobs))
-            while start < limit and prev[start] is jobs[start]:
-                start += 1
+            if prev is jobs:
+                start = len(jobs)
+            else:  # the common prefix of the same objects, compared in C (map stops at the shorter one)
+                same = list(map(is_, prev, jobs))
+                try:
+                    start = same.index(False)
+                except ValueError:
+                    start = len(same)
+        if start < len(jobs):
             runs = runs[:start]  # a copy: the cached list is never changed (the API reads from other threads)
-        else:
-            runs = []
         if start:
             remaining, rem_path, work, work_factor, gpus, t_jobs = runs[start - 1]
         else:

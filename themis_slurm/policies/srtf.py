@@ -38,8 +38,9 @@ class SrtfPolicy:
     def schedule(self, ctx: PolicyContext) -> Decision:
         pad = BaselineScratchpad(ctx.state, self.name)
 
-        key = {j.id: (remaining_time(j), j.submit, j.id) for j in pad.jobs.values()}
-        order = sorted(pad.jobs.values(), key=lambda j: key[j.id])
+        key = {jid: (remaining_time(j), j.submit, jid) for jid, j in pad.jobs.items()}
+        # by key: ids are unique, so the jobs themselves are never compared
+        order = [t[1] for t in sorted([(key[jid], j) for jid, j in pad.jobs.items()])]
         longest_first = sorted(pad.running, key=key.__getitem__, reverse=True)
 
         def victims(job: Job) -> list[str]:
