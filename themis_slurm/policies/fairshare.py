@@ -33,7 +33,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from themis_slurm.core.decision import Decision
 from themis_slurm.core.workload import Job
@@ -61,6 +61,40 @@ def water_fill(capacity: float, demands: Mapping[str, float]) -> dict[str, float
             left = 0.0
             active = []
     return shares
+
+
+def _width_then_id(j: Job) -> tuple[int, str]:
+    return j.gpus, j.id
+
+
+def job_time_fractions(share: float, jobs: Sequence[Job], out: dict[str, float]) -> None:
+    """X_j = min(1, s_j / width_j) into `out`, s being ``water_fill(share, {job: width})``: the same floats
+    in the same order, without a dictionary of demands and one of shares per app and call (ftf and maxmin,
+    policies/maxmin.py, ask this of every unfinished job of every app, at every call).
+
+    An app whose share covers all its jobs (the sum of their widths) runs each all the time, with no sort.
+    """
+    if share >= sum(j.gpus for j in jobs):
+        for j in jobs:
+            out[j.id] = 1.0
+        return
+    order = sorted(jobs, key=_width_then_id)  # water_fill's order: (demand, key)
+    left = float(share)
+    n = len(order)
+    i = 0
+    while i < n and left > _TOL:
+        level = left / (n - i)
+        j = order[i]
+        d = float(j.gpus)
+        if d > level:  # the rest get the level: below each one's width (widths only grow from here)
+            for j in order[i:]:
+                out[j.id] = level / j.gpus
+            return
+        out[j.id] = 1.0  # its whole width: d / width
+        left -= d
+        i += 1
+    for j in order[i:]:  # nothing left for them
+        out[j.id] = 0.0
 
 
 class FairSharePolicy:

@@ -27,8 +27,8 @@ from __future__ import annotations
 from themis_slurm.core.fairness import FairnessModel
 from themis_slurm.core.workload import App
 from themis_slurm.policies.base import PolicyContext
-from themis_slurm.policies.fairshare import water_fill
-from themis_slurm.policies.maxmin import MaxMinPolicy, job_time_fractions
+from themis_slurm.policies.fairshare import job_time_fractions, water_fill
+from themis_slurm.policies.maxmin import MaxMinPolicy
 
 _MAX_RHO = 1e6
 
@@ -36,9 +36,14 @@ _MAX_RHO = 1e6
 def needed_gpus(app: App, model: FairnessModel, now: float, r: float) -> float | None:
     """The least average GPUs that bring `app` to rho <= r (0 when it has no work), or None if none can."""
     t_id, remaining, path = model.facts(app)
+    return _needed(t_id, remaining, path, max(0.0, now - app.arrival), r)
+
+
+def _needed(t_id: float, remaining: float, path: float, elapsed: float, r: float) -> float | None:
+    """:func:`needed_gpus` from an app's numbers."""
     if t_id <= 0 or remaining <= 0:
         return 0.0
-    slack = r * t_id - max(0.0, now - app.arrival)
+    slack = r * t_id - elapsed
     if slack <= path:
         return None
     return remaining / slack
@@ -47,8 +52,7 @@ def needed_gpus(app: App, model: FairnessModel, now: float, r: float) -> float |
 def ftf_shares(apps: list[App], model: FairnessModel, now: float, capacity: float) -> tuple[dict[str, float], float]:
     """(GPUs per app, the minimised max rho): bisection on r, then the slack water-filled.
 
-    Each app's numbers are read once; the bisection's feasibility test is then :func:`needed_gpus` over
-    them, inlined (the same floats in the same order), since it runs some 25 times per call over every app.
+    Each app's numbers are read once per call, not at each of the bisection's some 25 steps.
     """
     demand = {a.id: float(sum(j.gpus for j in a.jobs)) for a in apps}
     rows = []  # (t_id, remaining, path, elapsed, the most GPUs it may use) per app, in app order
@@ -57,42 +61,33 @@ def ftf_shares(apps: list[App], model: FairnessModel, now: float, capacity: floa
         rows.append((t_id, remaining, path, max(0.0, now - a.arrival), demand[a.id] + 1e-9))
     cap = capacity + 1e-9
 
-    def feasible(r: float) -> bool:
+    def need(r: float) -> list[float] | None:
+        """Each app's needed GPUs at r, in app order, or None when r is not feasible."""
+        out: list[float] = []
         total = 0.0
         for t_id, remaining, path, elapsed, most in rows:
-            if t_id <= 0 or remaining <= 0:
-                g = 0.0
-            else:
-                slack = r * t_id - elapsed
-                if slack <= path:
-                    return False
-                g = remaining / slack
-            if g > most:
-                return False
+            g = _needed(t_id, remaining, path, elapsed, r)
+            if g is None or g > most:
+                return None
+            out.append(g)
             total += g
-        return total <= cap
-
-    def need(r: float) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for a in apps:
-            g = needed_gpus(a, model, now, r)
-            assert g is not None
-            out[a.id] = g
-        return out
+        return out if total <= cap else None
 
     hi = 1.0
-    while not feasible(hi) and hi < _MAX_RHO:
+    while need(hi) is None and hi < _MAX_RHO:
         hi *= 2.0
-    if not feasible(hi):
+    if need(hi) is None:
         return water_fill(capacity, demand), float("inf")
     lo = 0.0
     while hi - lo > 1e-6 * hi:
         mid = (lo + hi) / 2.0
-        if feasible(mid):
-            hi = mid
-        else:
+        if need(mid) is None:
             lo = mid
-    shares = need(hi)
+        else:
+            hi = mid
+    got = need(hi)
+    assert got is not None
+    shares = {a.id: g for a, g in zip(apps, got, strict=True)}
     extra = water_fill(capacity - sum(shares.values()), {a: demand[a] - g for a, g in shares.items()})
     return {a: g + extra[a] for a, g in shares.items()}, hi
 

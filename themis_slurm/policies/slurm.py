@@ -113,6 +113,7 @@ class SlurmPolicy:
         shadow: float | None = None  # reservation start
         reserved: frozenset[int] = frozenset()
         outside: Pool | None = None  # free GPUs minus the reserved ones
+        delay = ""
         for k, job in enumerate(order):
             if shadow is None:
                 got = pad.fit(job)
@@ -130,18 +131,18 @@ class SlurmPolicy:
                     pad.wait(job, "can never fit on the GPUs this policy manages")
                     continue
                 shadow, reserved = res
+                delay = f"would delay the reservation at t={shadow:.0f}"  # why a backfill candidate waits
                 outside = Pool(topo, pad.pool.free_ids() - reserved)
                 pad.wait(job, f"highest priority; reserved {len(reserved)} GPU(s) at t={shadow:.0f}")
                 continue
             assert outside is not None
             if job.gpus > pad.pool.size:  # fits neither the free GPUs nor those outside the reservation
                 if not pad.pool.size:  # no GPU left: all the rest wait for the same reason
-                    why, delay = pad.why_wait, f"would delay the reservation at t={shadow:.0f}"
                     for later in order[k:]:
                         if later.id not in pad.granted:
-                            why.setdefault(later.id, delay)
+                            pad.why_wait.setdefault(later.id, delay)
                     break
-                pad.wait(job, f"would delay the reservation at t={shadow:.0f}")
+                pad.wait(job, delay)
                 continue
             got = pad.fit(job)
             if got is not None and now + estimated_runtime(job, got, topo) <= shadow:
@@ -150,7 +151,7 @@ class SlurmPolicy:
                 got = pad.fit(job, pool=outside)
                 how = "backfill: avoids the reserved GPUs"
             if got is None:
-                pad.wait(job, f"would delay the reservation at t={shadow:.0f}")
+                pad.wait(job, delay)
                 continue
             pad.grant(job, got, source="backfill")
             outside.take(got - reserved)

@@ -6,8 +6,8 @@ import pytest
 
 from themis_slurm.core.topology import Topology
 from themis_slurm.policies import MaxMinPolicy
-from themis_slurm.policies.fairshare import water_fill
-from themis_slurm.policies.maxmin import job_time_fractions, time_fractions
+from themis_slurm.policies.fairshare import job_time_fractions, water_fill
+from themis_slurm.policies.maxmin import time_fractions
 
 from .helpers import app, check, ctx, job, state, step
 
