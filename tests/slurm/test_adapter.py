@@ -174,6 +174,24 @@ def test_warn_requeue_and_start_again(cluster: Cluster, backend: CliBackend) -> 
     cluster.wait_file(d / f"ready.{job_id}", contains="restarts=1")
 
 
+def test_restart_on_the_same_node_in_the_second_of_the_requeue(cluster: Cluster, backend: CliBackend) -> None:
+    # slurmd refuses a launch whose credential is stamped in the second of the job's requeue (its revoke)
+    # and Slurm then FAILS the job: start must wait that second out, or a re-won job is lost.
+    job_id = cluster.sbatch("--gres=gpu:1", "--requeue", wrap="sleep 300")
+    job = held_job(backend, job_id)
+    [node] = free_nodes(backend.snapshot(), 1, 1)
+    backend.start(job, {node: 1})
+    job = running(backend, job_id)
+    for restarts in (1, 2):  # the race is Slurm's timing: each round catches a regression about half the time
+        while time.time() % 1 > 0.05:  # requeue at the top of a second: the restart falls in the same one
+            time.sleep(0.01)
+        backend.requeue(job)
+        again = held_job(backend, job_id)
+        backend.start(again, {node: 1})
+        job = running(backend, job_id)
+        assert job.node_gpus == {node: 1} and job.restart_cnt == restarts
+
+
 def test_array_is_one_app_and_a_task_can_be_started(cluster: Cluster, backend: CliBackend) -> None:
     array_id = cluster.sbatch("--array=0-3", "--gres=gpu:1")
     snap = wait_for(backend, lambda s: sum(j.job_id.startswith(f"{array_id}_") for j in s.managed) == 4,

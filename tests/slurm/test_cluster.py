@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -166,8 +167,11 @@ def test_checkpoint_signal_then_requeue_held(cluster: Cluster) -> None:
     assert job["admin_comment"].startswith("themis:v1;")  # the record survives the requeue
     assert job["required_nodes"] == "node1"  # and so does the pin: themisd must clear or reset it
     # The owner still cannot release it; Themis can. A requeued job is only eligible after
-    # BeginTime = requeue + cred_expire + 1 s: StartTime=now lifts that, as themisd must do.
+    # BeginTime = requeue + cred_expire + 1 s: StartTime=now lifts that, as themisd must do. But not in
+    # the second of the requeue (SubmitTime now says when): slurmd would refuse the launch ("already
+    # killed, do not launch batch job") and the job would FAIL (Actions.start waits the same way).
     assert cluster.run(["scontrol", "release", str(job_id)], user="themis-alice").returncode != 0
+    time.sleep(max(0.0, job["submit_time"] + 1.5 - time.time()))
     cluster.check(["scontrol", "update", f"JobId={job_id}", "StartTime=now"])
     cluster.pin_and_release(job_id, "node1", 1)
     cluster.wait_job(job_id, "RUNNING", timeout=20)

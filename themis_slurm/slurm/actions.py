@@ -6,6 +6,11 @@ so the daemon may simply retry an action that failed half-way (after a timeout, 
 * start    pin (``ReqNodeList`` + ``NumNodes``) -> ``StartTime=now`` if the job was requeued -> release.
            Pin before release: every update triggers a scheduling pass, and a released unpinned job could
            start anywhere. ``StartTime=now`` because a requeued job otherwise waits cred_expire + 1 s.
+           That wait exists for a reason Themis must honour itself: slurmd refuses a batch launch whose
+           credential is not newer, in whole seconds, than the job's revoke at its requeue, and the job
+           then FAILS (slurmd: "already killed, do not launch batch job"; slurm_cred ``ctime <= revoked``).
+           So a requeued job is released only once the clock is past the second of its requeue (Slurm
+           sets SubmitTime to that moment) with a margin for clock skew: `requeue_settle_s`.
 * warn     ``scancel --batch --signal=USR1 --state=RUNNING``: the batch shell only (the checkpoint
            warning). Only for a job the snapshot shows RUNNING: scancel retries a signal to a pending
            job for about 95 s ("Job can not be altered now") before failing. ``--state=RUNNING`` covers
@@ -25,7 +30,8 @@ here, not left to Slurm: Slurm would refuse the requeue only after the warning s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 
 from themis_slurm.slurm import hostlist
 from themis_slurm.slurm.model import ManagedJob
@@ -33,6 +39,11 @@ from themis_slurm.slurm.runner import Runner, SlurmCommandError
 
 # Slurm's text for ESLURM_JOB_PENDING, what requeuehold answers for a job that is already waiting.
 ALREADY_PENDING = "pending execution"
+
+#: How long after a requeue (SubmitTime, whole seconds) a requeued job may be released: one second so the
+#: launch credential's timestamp is newer than the revoke's, half a second for skew between this host's
+#: clock and slurmctld's.
+REQUEUE_SETTLE_S = 1.5
 
 
 class ActionRefused(RuntimeError):
@@ -66,6 +77,17 @@ def is_already_pending(message: str) -> bool:
     return ALREADY_PENDING in message.lower()
 
 
+def requeue_settle_s(job: ManagedJob, now: float) -> float:
+    """Seconds to wait before releasing ``job`` so that slurmd will launch it (0 if it never requeued).
+
+    At a requeue Slurm revokes the job's credential on its nodes and resets SubmitTime to that moment;
+    slurmd refuses (and Slurm fails the job) a launch whose credential is stamped in the same second.
+    """
+    if job.restart_cnt <= 0 or not job.submit_time:
+        return 0.0
+    return max(0.0, job.submit_time + REQUEUE_SETTLE_S - now)
+
+
 def pin_args(job: ManagedJob, node_gpus: Mapping[str, int]) -> list[str]:
     """``scontrol update JobId=X ReqNodeList=... NumNodes=N`` for a placement, after sanity checks."""
     nodes = [n for n, g in node_gpus.items() if g > 0]
@@ -86,9 +108,12 @@ def pin_args(job: ManagedJob, node_gpus: Mapping[str, int]) -> list[str]:
 class Actions:
     """The five actions over a `Runner`; every call has the runner's per-call timeout."""
 
-    def __init__(self, runner: Runner, timeout_s: float | None = None) -> None:
+    def __init__(self, runner: Runner, timeout_s: float | None = None,
+                 clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> None:
         self.runner = runner
         self.timeout_s = timeout_s
+        self.clock = clock
+        self.sleep = sleep
 
     def _run(self, *argv: str) -> str:
         return self.runner.run(list(argv), self.timeout_s)
@@ -101,10 +126,17 @@ class Actions:
         """``scontrol update JobId=X ReqNodeList=``: the job may run anywhere again."""
         self._run("scontrol", "update", f"JobId={_target(job)}", "ReqNodeList=")
 
+    def settle_after_requeue(self, job: ManagedJob) -> None:
+        """Sleep until a just-requeued job may be launched again (see `requeue_settle_s`): at most ~2.5 s."""
+        wait = requeue_settle_s(job, self.clock())
+        if wait > 0:
+            self.sleep(wait)
+
     def start(self, job: ManagedJob, node_gpus: Mapping[str, int]) -> None:
-        """Pin to exactly these nodes, then release."""
+        """Pin to exactly these nodes, then release (a requeued job once its requeue has settled)."""
         self.pin(job, node_gpus)
         if job.restart_cnt > 0:
+            self.settle_after_requeue(job)
             self._run("scontrol", "update", f"JobId={_target(job)}", "StartTime=now")
         self._run("scontrol", "release", _target(job))
 

@@ -449,6 +449,7 @@ class PyslurmBackend:
             return
         self.cli.pin(job, node_gpus)  # pin_args refuses a bad placement before any call
         if job.restart_cnt > 0:
+            self.cli.settle_after_requeue(job)  # a launch in the requeue's second would fail the job
             pj = self._job(job)
             self._call("modify begin_time", job.job_id, pj.modify, self.ps.JobSubmitDescription(begin_time="now"))
         self._release(job)

@@ -508,6 +508,15 @@ def test_start_of_requeued_job_sets_begin_time_now_before_release() -> None:
     assert log == [PIN, ("pyslurm", "modify", 42, {"begin_time": "now"}), ("pyslurm", "release", 42)]
 
 
+def test_start_of_just_requeued_job_waits_before_begin_time_and_release() -> None:
+    b, _, log = acting()
+    slept: list[float] = []
+    b.cli.clock, b.cli.sleep = (lambda: 1000.5), slept.append
+    b.start(replace(JOB, restart_cnt=1, submit_time=1000.0), {"node3": 2, "node4": 2})
+    assert slept == [pytest.approx(1.0)]
+    assert log[-1] == ("pyslurm", "release", 42)
+
+
 def test_bad_placement_is_refused_before_any_call() -> None:
     b, _, log = acting()
     with pytest.raises(ValueError, match="3 GPUs, the job asks for 4"):

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from tests.unit.slurm.fake_slurm import FakeRunner
-from themis_slurm.slurm.actions import ActionRefused, Actions
+from themis_slurm.slurm.actions import REQUEUE_SETTLE_S, ActionRefused, Actions, requeue_settle_s
 from themis_slurm.slurm.model import ManagedJob
 from themis_slurm.slurm.runner import SlurmCommandError, SubprocessRunner, command_name
 
@@ -39,6 +39,28 @@ def test_start_of_requeued_job_sets_start_time_now() -> None:
     a.start(replace(JOB, restart_cnt=1), {"node1": 2, "node2": 2})
     assert r.calls[1] == ["scontrol", "update", "JobId=42", "StartTime=now"]
     assert r.calls[2] == ["scontrol", "release", "42"]
+
+
+def test_start_of_just_requeued_job_waits_past_the_requeue_second() -> None:
+    # slurmd fails a launch stamped in the same second as the requeue's credential revoke.
+    slept: list[float] = []
+    runner = FakeRunner(OK)
+    a = Actions(runner, timeout_s=5.0, clock=lambda: 1000.25, sleep=slept.append)
+    a.start(replace(JOB, restart_cnt=1, submit_time=1000.0), {"node1": 2, "node2": 2})
+    assert slept == [pytest.approx(REQUEUE_SETTLE_S - 0.25)]
+    assert runner.calls[-1] == ["scontrol", "release", "42"]
+
+
+@pytest.mark.parametrize(("restart_cnt", "submit_time", "now", "wait"), [
+    (0, 1000.0, 1000.0, 0.0),  # never requeued: SubmitTime is the submission, nothing to wait for
+    (1, 1000.0, 1000.0, REQUEUE_SETTLE_S),
+    (1, 1000.0, 1000.0 + REQUEUE_SETTLE_S, 0.0),
+    (2, 1000.0, 5000.0, 0.0),
+    (1, 0.0, 1000.0, 0.0),  # unknown SubmitTime
+])
+def test_requeue_settle_time(restart_cnt: int, submit_time: float, now: float, wait: float) -> None:
+    job = replace(JOB, restart_cnt=restart_cnt, submit_time=submit_time)
+    assert requeue_settle_s(job, now) == pytest.approx(wait)
 
 
 def test_array_task_is_addressed_by_its_user_visible_id() -> None:
