@@ -108,12 +108,16 @@ def greedy_fill(
     states: list[_State] = []
     for a in agents:
         st = _State()
-        used = set()
-        for g in start.get(a.app_id, ()):
-            st.gangs.append(g)
-            st.x += g.throughput
-            used.add(g.job_id)
-        st.queues = [[j for j in reversed(group) if j.id not in used] for group in a.kinds]
+        held = start.get(a.app_id)
+        if held:
+            used = set()
+            for g in held:
+                st.gangs.append(g)
+                st.x += g.throughput
+                used.add(g.job_id)
+            st.queues = [[j for j in reversed(group) if j.id not in used] for group in a.kinds]
+        else:  # most apps hold nothing yet: copy the kinds without looking at each job
+            st.queues = [list(reversed(group)) for group in a.kinds]
         st.cache = [None] * len(st.queues)
         states.append(st)
     # heap entries: (-key, app index, kind, offer); one per app at most, so (-key, index) is unique. An entry
