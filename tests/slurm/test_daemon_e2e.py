@@ -213,6 +213,8 @@ class Workload:
     jobs: dict[int, int] = field(default_factory=dict)  # job id -> work steps
     late: list[int] = field(default_factory=list)
     late_submitted: float = 0.0
+    submits: dict[str, float] = field(default_factory=dict)  # job id -> SubmitTime when submitted
+    requeued_seen: set[str] = field(default_factory=set)  # requeued jobs whose store row was checked
 
 
 def submit(cluster: Cluster, user: str, gres: str, comment: str, work: int, *extra: str) -> int:
@@ -223,6 +225,23 @@ def submit(cluster: Cluster, user: str, gres: str, comment: str, work: int, *ext
 
 def sample_no_double_gpu(backend: CliBackend) -> int:
     return no_double_gpu(backend.snapshot())
+
+
+def first_submits_kept(d: Themisd, snap: Snapshot, w: Workload) -> None:
+    """Slurm moves a requeued job's SubmitTime to the requeue; themisd's row keeps the first one (what the
+    arbiter reads as the job's place on its app's timeline, docs/design.md)."""
+    requeued = {mj.job_id: mj for mj in snap.managed if mj.restart_cnt > 0 and mj.job_id in w.submits}
+    if not requeued:
+        return
+    db = d.db()
+    try:
+        rows = dict(db.execute("SELECT job_id, submit_time FROM jobs").fetchall())
+    finally:
+        db.close()
+    for jid, mj in requeued.items():
+        if jid in rows:
+            assert rows[jid] == w.submits[jid] < mj.submit_time, (jid, rows[jid], w.submits[jid], mj.submit_time)
+            w.requeued_seen.add(jid)
 
 
 def no_double_gpu(snap: Snapshot) -> int:
@@ -243,6 +262,7 @@ def run_contention(cluster: Cluster, d: Themisd, kills: int) -> Workload:
         w.jobs[submit(cluster, ALICE, "gpu:2", "themis:app=sweep,est=30s", 25)] = 25
     for _ in range(2):  # bob: placement-sensitive 4-GPU jobs on one node
         w.jobs[submit(cluster, BOB, "gpu:4", "themis:app=gang,model=vgg16,est=40s", 35)] = 35
+    w.submits = {str(j): float(cluster.job(j)["submit_time"]) for j in w.jobs}
     d.start()
     backend = CliBackend()
     start = time.monotonic()
@@ -257,12 +277,15 @@ def run_contention(cluster: Cluster, d: Themisd, kills: int) -> Workload:
                 jid = submit(cluster, ALICE, "gpu:1", "themis:app=late,est=15s", 12)
                 w.late.append(jid)
                 w.jobs[jid] = 12
+                w.submits[str(jid)] = float(cluster.job(jid)["submit_time"])
         if kill_at and now >= kill_at[0]:
             kill_at.pop(0)
             d.kill9()
             time.sleep(0.5)
             d.start()
-        sample_no_double_gpu(backend)
+        snap = backend.snapshot()
+        no_double_gpu(snap)
+        first_submits_kept(d, snap, w)
         if w.late and not kill_at and done_jobs(cluster).keys() >= w.jobs.keys():
             break
         time.sleep(1)
@@ -291,6 +314,7 @@ def check_contention(cluster: Cluster, d: Themisd, w: Workload) -> None:
     assert bad.fetchone()[0] == 0
     # leases were contested: the late app's arrival on a full cluster forces preemptions at lease expiry
     assert db.execute("SELECT SUM(preemptions) FROM rounds").fetchone()[0] >= 1
+    assert w.requeued_seen, "no requeued job seen in the store: its first SubmitTime was never checked"
     # leases survive restarts: no running job was ever re-adopted (that would mean a lost lease)
     assert db.execute("SELECT COUNT(*) FROM events WHERE kind = 'adopted'").fetchone()[0] == 0
     # the late app got GPUs within one lease (plus grace and a few polls) of arriving

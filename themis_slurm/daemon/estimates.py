@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from themis_slurm.core.placement import PROFILES
 from themis_slurm.core.workload import REPORT_MIN_REMAINING, Job, refine_by_progress
 from themis_slurm.daemon.config import EstimatesConfig
+from themis_slurm.daemon.store import JobRow
 from themis_slurm.slurm.model import ManagedJob
 
 #: A job still active is never treated as done: remaining work stays at least this fraction of the estimate,
@@ -116,8 +117,19 @@ def shape_of(job: ManagedJob) -> tuple[int | None, int | None]:
     return gpn, nodes
 
 
-def core_job(job: ManagedJob, work: float, done: float, preemptible: bool, service_s: float) -> Job:
-    """The arbiter's view of one managed job."""
+def submitted(row: JobRow, job: ManagedJob) -> float:
+    """When the job was submitted. Not Slurm's SubmitTime as it is now: a requeue resets that to the moment
+    of the requeue, and a job preempted by Themis would then look submitted later after every lease it
+    lost (its app's T_id longer, its rho better than it is). The row keeps the SubmitTime themisd first
+    saw; a row written by an older themisd has only first_seen, which comes before any requeue themisd made.
+    """
+    if row.submit_time is not None:
+        return row.submit_time
+    return min(row.first_seen, job.submit_time) if job.submit_time else row.first_seen
+
+
+def core_job(job: ManagedJob, work: float, done: float, preemptible: bool, service_s: float, submit: float) -> Job:
+    """The arbiter's view of one managed job; `submit` is :func:`submitted`."""
     gpn, nodes = shape_of(job)
     return Job(
         id=job.job_id,
@@ -129,6 +141,6 @@ def core_job(job: ManagedJob, work: float, done: float, preemptible: bool, servi
         gpus_per_node=gpn,
         nodes=nodes,
         preemptible=preemptible,
-        submit=job.submit_time,
+        submit=submit,
         service=service_s,
     )

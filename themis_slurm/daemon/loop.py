@@ -25,7 +25,7 @@ from themis_slurm.core.arbiter import run_round
 from themis_slurm.core.calibration import NONE, Calibration, UserHistory, calibrate, finished_ratio
 from themis_slurm.core.decision import Decision
 from themis_slurm.daemon.config import Config
-from themis_slurm.daemon.estimates import done_and_work
+from themis_slurm.daemon.estimates import done_and_work, submitted
 from themis_slurm.daemon.metrics import Metrics
 from themis_slurm.daemon.planning import (
     RoundInput,
@@ -297,7 +297,8 @@ class Daemon:
                 changed.append(new)
                 delta[mj.app_key] = delta.get(mj.app_key, 0.0) + new.service_s - row.service_s
         old_apps = self.store.apps()
-        apps = advance_apps(old_apps, snap.managed, now, delta)
+        submits = {jid: submitted(row, mj) for jid, row in rows.items() if (mj := jobs.get(jid)) is not None}
+        apps = advance_apps(old_apps, snap.managed, now, delta, submits)
         with self.store.tx():
             self.store.put_jobs(changed)
             self.store.put_apps(app for key, app in apps.items() if old_apps.get(key) != app)

@@ -35,7 +35,14 @@ from themis_slurm.core.state import ClusterState
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import App, Lease
 from themis_slurm.daemon.config import Config
-from themis_slurm.daemon.estimates import checked_progress, core_job, done_and_work, estimate, profile_of
+from themis_slurm.daemon.estimates import (
+    checked_progress,
+    core_job,
+    done_and_work,
+    estimate,
+    profile_of,
+    submitted,
+)
 from themis_slurm.daemon.store import AppRow, JobRow, app_row, job_row
 from themis_slurm.slurm.eligibility import ineligible
 from themis_slurm.slurm.model import ManagedJob, Snapshot
@@ -92,12 +99,14 @@ def account(row: JobRow, mj: ManagedJob, topo: Topology, now: float, cfg: Config
 
 
 def advance_apps(apps: Mapping[str, AppRow], jobs: Iterable[ManagedJob], now: float,
-                 service_delta: Mapping[str, float]) -> dict[str, AppRow]:
+                 service_delta: Mapping[str, float], submits: Mapping[str, float] | None = None) -> dict[str, AppRow]:
     """Contention clocks, peak GPUs and service of every app; apps without jobs become inactive.
 
     N (apps contending) is the number of apps with at least one active job. An app that comes back after
-    it went idle starts afresh (new arrival): a new sweep under an old name is a new app.
+    it went idle starts afresh (new arrival): a new sweep under an old name is a new app, arriving with the
+    first submission of its jobs (`submits`, job id -> :func:`submitted`; SubmitTime as read for the others).
     """
+    submits = submits or {}
     by_app: dict[str, list[ManagedJob]] = {}
     for mj in jobs:
         by_app.setdefault(mj.app_key, []).append(mj)
@@ -107,7 +116,7 @@ def advance_apps(apps: Mapping[str, AppRow], jobs: Iterable[ManagedJob], now: fl
         old = apps.get(key)
         demand = sum(m.gpus for m in mjs)
         if old is None or not old.active:
-            arrival = min(min(m.submit_time for m in mjs), now)
+            arrival = min(min(submits.get(m.job_id, m.submit_time) for m in mjs), now)
             row = AppRow(key, mjs[0].user, arrival, now, now, 0.0, max(1.0, n), peak_gpus=demand)
         else:
             row = old.with_clock(old.clock.advance(now, n))
@@ -204,7 +213,8 @@ def build_round(snapshot: Snapshot, rows: Mapping[str, JobRow], apps: Mapping[st
             continue
         if lease is not None:
             leases.append(lease)
-        core_jobs.setdefault(mj.app_key, []).append(core_job(mj, work, done, preemptible, row.service_s))
+        core_jobs.setdefault(mj.app_key, []).append(core_job(mj, work, done, preemptible, row.service_s,
+                                                              submitted(row, mj)))
 
     app_objs = []
     for key in sorted(core_jobs):

@@ -75,7 +75,8 @@ def new_row(mj: ManagedJob, cfg: Config, now: float) -> JobRow:
     est = estimate(mj, cfg.estimates)
     # est_note stays empty here so that the first accounting logs the clamping once
     return JobRow(job_id=mj.job_id, slurm_id=mj.slurm_id, app_key=mj.app_key, intent="waiting", gpus=mj.gpus,
-                  work=est.work(mj.gpus), est_work=est.work(mj.gpus), first_seen=now, est_source=est.source)
+                  work=est.work(mj.gpus), est_work=est.work(mj.gpus), first_seen=now, est_source=est.source,
+                  submit_time=mj.submit_time or None)  # fmt: skip
 
 
 def reconcile(now: float, jobs: Mapping[str, ManagedJob], rows: Mapping[str, JobRow], cfg: Config) -> list[Fix]:

@@ -181,8 +181,16 @@ CREATE TABLE finished_jobs (
 CREATE INDEX finished_jobs_user ON finished_jobs(user, id);
 """
 
+#: v5: each job keeps the SubmitTime it had when themisd first saw it (submit_time; NULL on rows of older
+#: daemons). Slurm resets SubmitTime at every requeue, and the arbiter reads a job's submit time as its
+#: place on the app's private timeline (T_id's critical path, core/fairness.py): read afresh, every
+#: preemption would push the job later and make its app look better off than it is.
+_V5 = """
+ALTER TABLE jobs ADD COLUMN submit_time REAL;
+"""
+
 #: Migration k brings the schema from version k to k+1 (version 0 is an empty database).
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
 
 
 FRESH_FLAG = "--fresh-state"
@@ -265,6 +273,8 @@ class JobRow:
     adopted: int = 0
     est_work: float = 0.0  # the estimate before calibration (what a finished job's ratio is taken against)
     est_factor: float = 1.0  # the calibration factor `work` carries
+    #: SubmitTime when first seen (Slurm moves it to the moment of each requeue); None on older rows
+    submit_time: float | None = None
 
     def __post_init__(self) -> None:
         if self.intent not in INTENTS:

@@ -160,6 +160,7 @@ class FakeSlurm:
         j.state, j.start_time, j.node_gpus, j.gpu_ids = "PENDING", None, {}, frozenset()
         j.done_s = j.ckpt_s
         j.restart_cnt += 1
+        j.submit_time = self.now  # as Slurm does: a requeue resets SubmitTime to its own moment
 
     def _check_no_double(self) -> None:
         owner: dict[int, str] = {}

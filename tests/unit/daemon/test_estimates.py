@@ -55,9 +55,9 @@ def test_shape_and_core_job(slurm: FakeSlurm) -> None:
     assert shape_of(mj(slurm, gpus=4, gpus_per_node=4)) == (4, 1)
     assert shape_of(mj(slurm, gpus=8, gpus_per_node=4, nodes=2)) == (4, 2)
     assert shape_of(mj(slurm, gpus=3, gpus_per_node=2)) == (None, None)
-    j = core_job(mj(slurm, gpus=2, profile="VGG16"), 200.0, 20.0, True, 10.0)
+    j = core_job(mj(slurm, gpus=2, profile="VGG16"), 200.0, 20.0, True, 10.0, 5.0)
     assert (j.work, j.done, j.profile, j.preemptible) == (200.0, 20.0, "vgg16", True)
-    assert core_job(mj(slurm, profile="gpt9"), 200.0, 0.0, True, 0.0).profile == "low"
+    assert core_job(mj(slurm, profile="gpt9"), 200.0, 0.0, True, 0.0, 0.0).profile == "low"
 
 
 def test_progress_never_makes_a_job_look_less_done_than_its_service() -> None:

@@ -4,13 +4,24 @@ jobs that cannot be requeued are never preempted; the minimum run time is respec
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
+from themis_slurm.daemon.estimates import submitted
 from themis_slurm.daemon.loop import Daemon
+from themis_slurm.daemon.planning import build_round
+from themis_slurm.daemon.store import JobRow
+from themis_slurm.slurm.model import ManagedJob
 
 from .conftest import run
 from .fake_slurm import FakeSlurm
 
 MUTATIONS = ("start", "warn", "requeue", "hold", "release_unpinned")
+JOB = ManagedJob(
+    job_id="7", slurm_id=7, app_key="u/a", user="u", state="PENDING", held=True, gpus=1, gpus_per_node=None,
+    nodes=None, node_gpus={}, gpu_ids=frozenset(), est_s=None, time_limit_s=None, profile=None, progress=None,
+    progress_error=None, requeue_ok=True, restart_cnt=1, submit_time=0.0, start_time=None, required_nodes=(),
+    priority=0,
+)
 
 
 def actions(slurm: FakeSlurm, kind: str, job: str | None = None) -> list[tuple[str, str]]:
@@ -87,3 +98,34 @@ def test_min_runtime_is_respected(slurm: FakeSlurm, make_daemon: Callable[..., D
         slurm.advance(5)
     assert actions(slurm, "warn"), "preempted eventually"
     assert slurm.now - started >= 150.0
+
+
+def test_a_requeued_job_keeps_its_first_submit_time(slurm: FakeSlurm, make_daemon: Callable[..., Daemon]) -> None:
+    """Slurm resets SubmitTime at a requeue (the fake does too). Read afresh, every lease a job lost would
+    push it later on its app's private timeline: a longer T_id, a better-looking rho, a weaker claim."""
+    d = make_daemon(grace_s=20.0)
+    hog = [slurm.submit("alice", "hog", 4, 5000.0, gpus_per_node=4, est_s=5000.0) for _ in range(2)]
+    submitted_at = slurm.now
+    run(d, slurm, 10)
+    slurm.submit("bob", "late", 4, 300.0, gpus_per_node=4, est_s=300.0)
+    for _ in range(60):
+        d.cycle()
+        if actions(slurm, "requeue"):
+            break
+        slurm.advance(5)
+    [(_, victim)] = actions(slurm, "requeue")
+    assert slurm.jobs[victim].submit_time > submitted_at  # what Slurm shows now
+    d.cycle()
+    assert d.store.job(victim).submit_time == submitted_at
+    inp = build_round(slurm.snapshot(), d.store.jobs(), d.store.apps(active_only=True), d.cfg, slurm.now)
+    [app] = [a for a in inp.state.apps if a.id.endswith("/hog")]
+    assert {j.id: j.submit for j in app.jobs} == dict.fromkeys(hog, submitted_at)
+    assert d.store.apps()[app.id].arrival == submitted_at
+
+
+def test_submitted_falls_back_to_first_seen_on_rows_of_older_daemons() -> None:
+    row = JobRow(job_id="7", slurm_id=7, app_key="u/a", intent="waiting", gpus=1, work=10.0, first_seen=100.0)
+    assert submitted(row, replace(JOB, submit_time=90.0)) == 90.0  # SubmitTime before themisd saw it: kept
+    assert submitted(row, replace(JOB, submit_time=500.0)) == 100.0  # requeued since: first_seen is earlier
+    assert submitted(row, replace(JOB, submit_time=0.0)) == 100.0  # unknown
+    assert submitted(replace(row, submit_time=42.0), replace(JOB, submit_time=500.0)) == 42.0

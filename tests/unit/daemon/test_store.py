@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,17 @@ def test_v1_database_gains_worst_rho_and_keeps_its_rounds(tmp_path: Path) -> Non
         s.add_round(3.0, "enforce", "lease", "exact", 4, 0, 1, 1, 0.02, worst_rho=float("inf"))
     got = [tuple(r) for r in s.query("SELECT time, worst_rho FROM rounds ORDER BY id")]
     assert got == [(1.0, None), (2.0, 1.5), (3.0, None)]
+    s.close()
+
+
+def test_v4_job_rows_gain_submit_time_unknown(tmp_path: Path) -> None:
+    s = Store(old_database(tmp_path, 4, "INSERT INTO jobs (job_id, slurm_id, app_key, intent, gpus, work, first_seen) "
+                           "VALUES ('7', 7, 'u/a', 'waiting', 1, 10.0, 100.0)"))
+    row = s.job("7")
+    assert row is not None and row.submit_time is None and row.first_seen == 100.0  # submitted() falls back
+    with s.tx():
+        s.put_job(replace(row, submit_time=90.0))
+    assert s.job("7").submit_time == 90.0  # type: ignore[union-attr]
     s.close()
 
 
