@@ -152,7 +152,8 @@ def merged_jobs(ctx: Context) -> list[Doc]:
             "nodes": nodes,
             "lease_start": r.get("lease_start") if r else None,
             "lease_end": _finite(r.get("lease_expiry")) if r else None,
-            "submit_time": m.submit_time if m else None,
+            # the first SubmitTime themisd saw: Slurm moves it to each requeue (daemon/estimates.submitted)
+            "submit_time": r["submit_time"] if r and r.get("submit_time") is not None else (m.submit_time if m else None),
             "start_time": m.start_time if m else None,
             "restarts": m.restart_cnt if m else None,
             "progress": r.get("progress") if r else (m.progress if m else None),

@@ -103,6 +103,14 @@ def test_jobs_filters_and_fields(app: ApiApp) -> None:
         "gpus": 2, "nodes": {"node1": 2}, "lease_end": world.NOW + 40, "service_gpu_s": 0}
 
 
+def test_jobs_show_the_first_submit_time(app: ApiApp) -> None:
+    # Slurm moves a requeued job's SubmitTime to the requeue; themis jobs shows when it was submitted
+    _, doc = get(app, "/v1/jobs", ROOT)
+    submit = {j["job"]: j["submit_time"] for j in doc["jobs"]}
+    assert submit["21"] == world.NOW - 900  # the store's first SubmitTime
+    assert submit["20"] == world.NOW - 300  # a row without one (an older themisd's): Slurm's
+
+
 def test_apps_have_finish_time_estimates_and_preemption_counts(app: ApiApp) -> None:
     _, doc = get(app, "/v1/apps", ROOT)
     sweep = next(a for a in doc["apps"] if a["app"] == "themis-alice/sweep")

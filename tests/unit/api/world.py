@@ -82,7 +82,7 @@ def build_store(state_dir: Path) -> Path:
         store.put_job(job_row("11", a_sweep, "waiting", 2))
         store.put_job(job_row("20", b20, "running", 4, lease_start=NOW - 60, lease_expiry=NOW + 100,
                               planned_nodes={"node2": 4}, planned_gpus=frozenset({4, 5, 6, 7})))
-        store.put_job(job_row("21", b21, "waiting", 2))
+        store.put_job(job_row("21", b21, "waiting", 2, submit_time=NOW - 900))  # requeued since: Slurm says NOW - 300
         r1 = store.add_round(NOW - 60, "enforce", "8 free GPU(s), 3 waiting job(s)", "exact", 8, 2, 0, 0, 0.004,
                              fairness_knob=0.8)
         sweep1 = _rec(a_sweep, 3.0, 1.4, Outcome.WON, 1, won=2, kept=2, c=1.0)
