@@ -52,7 +52,8 @@ def settled(cluster: Cluster, ids: list[int], limited: list[int], timeout: float
     while True:
         out = cluster.check(["sacct", "-n", "-X", "-P", "-o", "JobID,State,Timelimit", "-j", listed])
         rows = {r[0]: r[1:] for r in (line.split("|") for line in out.splitlines() if line)}
-        done = len(rows) >= len(ids) and not any(s.startswith(("PENDING", "RUNNING", "COMPLETING"))
+        # REQUEUED: slurmdbd has a requeued job's cut run but not yet the run after it
+        done = len(rows) >= len(ids) and not any(s.startswith(("PENDING", "RUNNING", "COMPLETING", "REQUEUED"))
                                                 for s, _ in rows.values())  # fmt: skip
         if done and all(rows.get(str(j), ("", ""))[1] == "00:05:00" for j in limited):
             return
@@ -69,16 +70,25 @@ def test_loader_reads_the_live_sacct(acct: Cluster, tmp_path: Path) -> None:
                       wrap="sleep 1")  # fmt: skip
     never = c.sbatch("-p", "debug", "--gres=gpu:1", "--begin=now+3600", wrap="sleep 1")
     cpu = c.sbatch("-p", "debug", "-t", "5", user=BOB, wrap="sleep 1")
+    again = c.sbatch("-p", "debug", "--gres=gpu:1", "-t", "5", "--requeue", wrap="sleep 4")
     c.wait_job(tagged, "PENDING", reason="JobHeldUser")
     c.check(["scontrol", "release", str(tagged)])  # as themisd would (root here)
     c.check(["scancel", str(never)])
-    ids = [one, gang, tagged, never, cpu]
-    settled(c, ids, limited=[one, gang, tagged, cpu])
+    first_submit = float(c.wait_job(again, "RUNNING")["submit_time"])
+    c.check(["scontrol", "requeuehold", str(again)])  # a requeue moves Submit; sacct keeps the cut run
+    deadline = time.monotonic() + 20
+    while (moved := float(c.job(again)["submit_time"])) == first_submit and time.monotonic() < deadline:
+        time.sleep(0.2)  # Slurm moves Submit once the cut run has finished completing
+    time.sleep(max(0.0, moved + 1.5 - time.time()))  # not in the requeue's second (slurm/actions.py)
+    c.check(["scontrol", "update", f"JobId={again}", "StartTime=now"])
+    c.check(["scontrol", "release", str(again)])
+    ids = [one, gang, tagged, never, cpu, again]
+    settled(c, ids, limited=[one, gang, tagged, cpu, again])
     listed = ",".join(map(str, ids))
     as_json = tmp_path / "live.json"
-    as_json.write_text(c.check(["sacct", "--json", "-j", listed]))
+    as_json.write_text(c.check(["sacct", "--json", "-D", "-j", listed]))
     as_pipe = tmp_path / "live.txt"
-    as_pipe.write_text(c.check(["sacct", "-a", "-X", "-P", "-o", ",".join(FIELDS), "-j", listed]))
+    as_pipe.write_text(c.check(["sacct", "-a", "-X", "-D", "-P", "-o", ",".join(FIELDS), "-j", listed]))
     traces = [load_sacct(as_json), load_sacct(as_pipe)]
     for trace in traces:
         got = {j.job_id: (j.app_id, j.user, j.gpus, j.model, j.estimate_s) for j in trace.jobs}
@@ -86,9 +96,14 @@ def test_loader_reads_the_live_sacct(acct: Cluster, tmp_path: Path) -> None:
             str(one): (f"{ALICE}/job-{one}", ALICE, 2, None, 300.0),
             str(gang): (f"{BOB}/job-{gang}", BOB, 8, None, 300.0),
             str(tagged): (f"{ALICE}/live", ALICE, 1, "vgg16", 300.0),
+            str(again): (f"{ALICE}/job-{again}", ALICE, 1, None, 300.0),
         }, trace.notes
         by_id = {j.job_id: j for j in trace.jobs}
         assert 2 <= by_id[str(one)].duration_s <= 4 and 2 <= by_id[str(gang)].duration_s <= 4
+        # the requeued job: its first Submit, not the requeue Slurm moved it to; its last run's time
+        assert moved > first_submit and by_id[str(again)].arrival_s == first_submit, (moved, by_id[str(again)])
+        assert 4 <= by_id[str(again)].duration_s <= 6
+        assert any(n.startswith("sacct: 1 earlier run(s) of requeued jobs") for n in trace.notes), trace.notes
         for j in trace.jobs:
             assert j.actual_start_s is not None and j.actual_end_s is not None
             assert j.arrival_s <= j.actual_start_s < j.actual_end_s

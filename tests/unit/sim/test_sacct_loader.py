@@ -198,6 +198,23 @@ def test_extra_columns_are_ignored_and_epoch_times_read(tmp_path: Path) -> None:
     assert (job.gpus, job.arrival_s, job.duration_s, job.estimate_s, job.app_id) == (2, 1000, 60, None, "u/job-7")
 
 
+def test_a_requeued_job_arrives_at_its_first_submit(tmp_path: Path) -> None:
+    """As 22.05's `sacct -D` printed job 184 (tests/slurm/test_accounting.py captures it live): the run cut by
+    the requeue is a REQUEUED record whose Submit is the job's; the last record's Submit is the requeue."""
+    text = ("JobID|JobIDRaw|User|Submit|Start|End|State|AllocTRES\n"
+            "184|184|u|1000|1001|1003|REQUEUED|cpu=1,gres/gpu=1\n"
+            "184|184|u|1003|1007|1011|COMPLETED|cpu=1,gres/gpu=1\n"
+            "185|185|u|1002|1004|1010|COMPLETED|cpu=1,gres/gpu=2\n")  # fmt: skip
+    trace = load_sacct(write(tmp_path, text))
+    got = {j.job_id: (j.arrival_s, j.duration_s, j.actual_start_s, j.actual_end_s) for j in trace.jobs}
+    assert got == {"184": (1000.0, 4.0, 1007.0, 1011.0), "185": (1002.0, 6.0, 1004.0, 1010.0)}
+    assert ("sacct: 1 earlier run(s) of requeued jobs (REQUEUED records): each such job is replayed from its "
+            "last record and arrives at its first Submit") in trace.notes
+    # without -D sacct prints the last record only: the job then arrives at its requeue
+    last_only = load_sacct(write(tmp_path, "\n".join(ln for ln in text.splitlines() if "REQUEUED" not in ln)))
+    assert {j.job_id: j.arrival_s for j in last_only.jobs} == {"184": 1003.0, "185": 1002.0}
+
+
 def test_a_record_with_problems_is_read_as_far_as_it_goes(tmp_path: Path) -> None:
     trace = load_sacct(write(tmp_path, with_cell(3, "AdminComment", "themis:v1;app=bert;model=;sens=;est=soon")))
     assert {j.job_id: j.app_id for j in trace.jobs}["5"] == f"{A}/bert"
@@ -274,6 +291,27 @@ def test_bad_json_documents(tmp_path: Path) -> None:
     doc["errors"] = [{"description": "Nothing found"}]
     with pytest.raises(TraceError, match="sacct reported an error"):
         load_sacct(write(tmp_path, json.dumps(doc), "t.json"))
+
+
+@pytest.mark.parametrize(("version", "cut_state"), [("2205", "REQUEUED"), ("2511", ["PENDING", "REQUEUED"])])
+def test_json_requeued_run_gives_the_first_submit(tmp_path: Path, version: str, cut_state: object) -> None:
+    """A requeued job as `sacct --json -D` lists it (both shapes, as seen live: tests/slurm/test_accounting.py):
+    its cut run first, of state REQUEUED (25.11: ["PENDING", "REQUEUED"]), then the run that ended."""
+    doc = json_doc(version)
+    job = doc["jobs"][1]
+    cut = json.loads(json.dumps(job))
+    cut["state"]["current"] = cut_state
+    first = job["time"]["submission"]
+    number = isinstance(first, dict)  # 25.11: {"set", "infinite", "number"}
+    earlier = (first["number"] if number else first) - 100
+    cut["time"]["submission"] = {**first, "number": earlier} if number else earlier
+    doc["jobs"].insert(1, cut)
+    trace = load_sacct(write(tmp_path, json.dumps(doc, indent=1), "t.json"))
+    plain = {j.job_id: j for j in load_sacct(fixture(version, "json")).jobs}
+    got = {j.job_id: j for j in trace.jobs}
+    jid = str(job["job_id"])
+    assert got[jid].arrival_s == plain[jid].arrival_s - 100 and got[jid].duration_s == plain[jid].duration_s
+    assert any(n.startswith("sacct: 1 earlier run(s) of requeued jobs") for n in trace.notes), trace.notes
 
 
 def test_bad_json_job_skipped_with_skip_bad(tmp_path: Path) -> None:

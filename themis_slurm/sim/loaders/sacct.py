@@ -3,8 +3,8 @@
 "What would Themis have done with last month?" Export the month from slurmdbd (as root or a Slurm
 operator; ``-a`` for every user), in either form::
 
-    sacct --json -a -S 2026-11-01 -E 2026-12-01 >month.json
-    sacct -a -X -P -S 2026-11-01 -E 2026-12-01 \\
+    sacct --json -a -D -S 2026-11-01 -E 2026-12-01 >month.json
+    sacct -a -X -D -P -S 2026-11-01 -E 2026-12-01 \\
         -o JobID,JobIDRaw,User,Submit,Start,End,Timelimit,State,AllocTRES,ReqTRES,AdminComment >month.txt
 
 and run ``themis simulate --trace month.json --format sacct`` (with ``--racks/--nodes-per-rack/
@@ -23,8 +23,12 @@ A job becomes a :class:`~themis_slurm.sim.trace.TraceJob`:
 
 * GPUs: ``gres/gpu`` of AllocTRES (``tres.allocated``); ReqTRES (``tres.requested``) is read for jobs that
   never started, only to tell GPU jobs from others in the counts below.
-* arrival: Submit (the trace is shifted so the first arrival is 0); duration: End - Start, the time the job
-  really ran (sacct has 1 s resolution: a job that ran under a second counts as 1 s, and the notes say how
+* arrival: Submit (the trace is shifted so the first arrival is 0), the FIRST one of a requeued job: Slurm
+  moves a job's Submit to each requeue and keeps the earlier runs as records of state REQUEUED (25.11's
+  JSON: ``["PENDING", "REQUEUED"]``), which sacct lists with ``-D`` (hence ``-D`` above; 22.05's ``--json``
+  lists them without it; otherwise a requeued job arrives at its last requeue). Each such run is counted in the notes; the job is replayed from its last record, in
+  the order sacct lists them (its earlier runs first). Duration: End - Start of that record, the time the job
+  really ran to its end (sacct has 1 s resolution: a job that ran under a second counts as 1 s, and the notes say how
   many); estimate (``TraceJob.estimate_s``): the time limit (none when UNLIMITED; recorded in the trace,
   but the simulator does not read it yet: its policies see ``--estimate-error``'s); Slurm's own Start and
   End are kept as ``actual_start_s``/``actual_end_s`` so the report can show what really happened.
@@ -36,7 +40,7 @@ A job becomes a :class:`~themis_slurm.sim.trace.TraceJob`:
 
 Rows that are valid but not replayed are COUNTED in the trace's notes, by kind: step rows (``12.batch``,
 ``12.extern``; ``-X`` leaves them out), jobs not finished when sacct ran (PENDING, RUNNING, SUSPENDED,
-REQUEUED: an earlier run shown by ``sacct -D``, ...), jobs that never started (cancelled while pending, GPU
+REQUEUE_HOLD, ...), earlier runs of requeued jobs (REQUEUED, above), jobs that never started (cancelled while pending, GPU
 jobs counted apart; known by an empty AllocTRES, since Slurm 22.05 records Start = End for a job cancelled
 within a second of its submission), and jobs that ran without GPUs. Jobs that started and then FAILED, hit their TIMEOUT,
 were CANCELLED, lost their node, ran out of memory or were preempted are kept, with the time they actually
@@ -109,6 +113,7 @@ class _Counts:
     """Rows that are valid but not replayed (by kind and state), and facts about the kept ones, for the notes."""
 
     steps: int = 0
+    requeued_runs: int = 0
     unfinished: Counter[str] = field(default_factory=Counter)
     never_gpu: Counter[str] = field(default_factory=Counter)
     never_other: int = 0
@@ -140,9 +145,10 @@ def load_sacct(path: PathArg, *, group_by: GroupBy = "themis", skip_bad: bool = 
     read = _from_json if is_json else _from_pipe
     counts = _Counts()
     collector = Collector(path, skip_bad)
+    first_submit: dict[str, float] = {}  # job (JobIDRaw) -> its earliest Submit so far: requeues move Submit
 
     def parse(ctx: RowContext, record: Any) -> TraceJob | None:
-        return _to_job(ctx, read(ctx, record), group_by, counts, collector)
+        return _to_job(ctx, read(ctx, record), group_by, counts, collector, first_submit)
 
     collector.run(rows, parse)
     notes = _notes(counts, len(collector.jobs), collector.rows, group_by, "sacct --json" if is_json else "sacct -P")
@@ -155,9 +161,17 @@ def load_sacct(path: PathArg, *, group_by: GroupBy = "themis", skip_bad: bool = 
 
 
 # ------------------------------------------------------------------------------------------- the rules
-def _to_job(ctx: RowContext, row: _Row, group_by: str, counts: _Counts, collector: Collector) -> TraceJob | None:
+def _to_job(ctx: RowContext, row: _Row, group_by: str, counts: _Counts, collector: Collector,
+            first_submit: dict[str, float]) -> TraceJob | None:
     if row.step:
         counts.steps += 1
+        return None
+    if row.submit is not None:
+        seen = first_submit.get(row.raw_id)
+        if seen is None or row.submit < seen:
+            first_submit[row.raw_id] = row.submit
+    if row.state == "REQUEUED":  # an earlier run of a job Slurm requeued: the job is its last record
+        counts.requeued_runs += 1
         return None
     if row.state in UNFINISHED_STATES or (row.start is not None and row.end is None):
         counts.unfinished[row.state] += 1
@@ -208,7 +222,7 @@ def _to_job(ctx: RowContext, row: _Row, group_by: str, counts: _Counts, collecto
         job_id=row.job_id,
         app_id=app,
         user=row.user,
-        arrival_s=row.submit,
+        arrival_s=first_submit[row.raw_id],  # its first Submit (set above): a requeue moves Submit
         gpus=row.alloc_gpus,
         duration_s=duration,
         model=collector.model(ctx, model),
@@ -240,6 +254,9 @@ def _notes(c: _Counts, kept: int, rows: int, group_by: str, form: str) -> list[s
         skipped.append(f"{c.steps} step row(s) (use sacct -X)")
     if skipped:
         notes.append("sacct: not replayed: " + "; ".join(skipped))
+    if c.requeued_runs:
+        notes.append(f"sacct: {c.requeued_runs} earlier run(s) of requeued jobs (REQUEUED records): each such job "
+                     "is replayed from its last record and arrives at its first Submit")  # fmt: skip
     if c.ran_not_completed:
         notes.append(f"sacct: kept {sum(c.ran_not_completed.values())} job(s) that ran but did not complete, "
                      f"with the time they ran: {_states(c.ran_not_completed)}")  # fmt: skip
@@ -488,7 +505,9 @@ def _from_json(ctx: RowContext, job: Any) -> _Row:
         start=start,
         end=end,
         limit_s=None if limit_min is None or limit_min <= 0 else float(limit_min * 60),
-        state=_base_state(ctx, "state.current", " ".join(state_words)),
+        # 25.11 shows a requeued job's cut run as ["PENDING", "REQUEUED"] (22.05: "REQUEUED")
+        state=("REQUEUED" if "REQUEUED" in (w.upper() for w in state_words[1:])
+               else _base_state(ctx, "state.current", " ".join(state_words))),
         allocated=bool(_get(ctx, job, "tres.allocated")),
         alloc_gpus=_json_tres(ctx, "tres.allocated", _get(ctx, job, "tres.allocated")),
         req_gpus=_json_tres(ctx, "tres.requested", _get(ctx, job, "tres.requested", required=False)),
