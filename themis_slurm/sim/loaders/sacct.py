@@ -26,10 +26,10 @@ A job becomes a :class:`~themis_slurm.sim.trace.TraceJob`:
 * arrival: Submit (the trace is shifted so the first arrival is 0), the FIRST one of a requeued job: Slurm
   moves a job's Submit to each requeue and keeps the earlier runs as records of state REQUEUED (25.11's
   JSON: ``["PENDING", "REQUEUED"]``), which sacct lists with ``-D`` (hence ``-D`` above; 22.05's ``--json``
-  lists them without it; otherwise a requeued job arrives at its last requeue). Each such run is counted in the notes; the job is replayed from its last record, in
-  the order sacct lists them (its earlier runs first). Duration: End - Start of that record, the time the job
-  really ran to its end (sacct has 1 s resolution: a job that ran under a second counts as 1 s, and the notes say how
-  many); estimate (``TraceJob.estimate_s``): the time limit (none when UNLIMITED; recorded in the trace,
+  lists them without it; otherwise a requeued job arrives at its last requeue). Each such run is counted
+  in the notes; the job is replayed from its last record, in the order sacct lists them (its earlier runs
+  first). Duration: End - Start of that record, the time the job really ran to its end (sacct has 1 s
+  resolution: a job that ran under a second counts as 1 s, and the notes say how many); estimate (``TraceJob.estimate_s``): the time limit (none when UNLIMITED; recorded in the trace,
   but the simulator does not read it yet: its policies see ``--estimate-error``'s); Slurm's own Start and
   End are kept as ``actual_start_s``/``actual_end_s`` so the report can show what really happened.
 * app (``group_by``): ``themis`` (default) groups as themisd does (``themis_slurm.slurm.snapshot.app_key``):
@@ -40,8 +40,8 @@ A job becomes a :class:`~themis_slurm.sim.trace.TraceJob`:
 
 Rows that are valid but not replayed are COUNTED in the trace's notes, by kind: step rows (``12.batch``,
 ``12.extern``; ``-X`` leaves them out), jobs not finished when sacct ran (PENDING, RUNNING, SUSPENDED,
-REQUEUE_HOLD, ...), earlier runs of requeued jobs (REQUEUED, above), jobs that never started (cancelled while pending, GPU
-jobs counted apart; known by an empty AllocTRES, since Slurm 22.05 records Start = End for a job cancelled
+REQUEUE_HOLD, ...), earlier runs of requeued jobs (REQUEUED, above), jobs that never started (cancelled
+while pending, GPU jobs counted apart; known by an empty AllocTRES, since Slurm 22.05 records Start = End for a job cancelled
 within a second of its submission), and jobs that ran without GPUs. Jobs that started and then FAILED, hit their TIMEOUT,
 were CANCELLED, lost their node, ran out of memory or were preempted are kept, with the time they actually
 ran, and the notes count them by state. Malformed input (bad JSON, a missing or ill-typed field, a time or
