@@ -16,16 +16,19 @@
 #    the leases that changed hands, renewals, the jobs that resumed from a checkpoint, each app's rho and
 #    GPU time, utilisation, and where to look next. themisd and the cluster keep running until demo/stop.sh.
 # --quick: a smaller, shorter workload (about 2 minutes in all) for CI.
+# Environment: DEMO_DIR; DEMO_API_PORT and DEMO_METRICS_PORT (default 8787 and 9798, on 127.0.0.1);
+# THEMIS_CLUSTER_DIR and THEMIS_CLUSTER_PORT pick another local cluster (slurm_conf/cluster.sh).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 readonly here
 readonly DEMO_DIR=${DEMO_DIR:-/var/tmp/themis-demo}
+readonly API_PORT=${DEMO_API_PORT:-8787} METRICS_PORT=${DEMO_METRICS_PORT:-9798}
 quick=0
 for arg in "$@"; do
   case "$arg" in
     --quick) quick=1 ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "demo/run.sh: unknown argument '$arg' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -44,7 +47,8 @@ if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
 mkdir -p "$DEMO_DIR"
-"$venv/bin/python" -m pip install -q -e "$here" >"$DEMO_DIR/install.log" 2>&1 \
+# flock: pip builds in the checkout (its egg-info), and another install from it may run meanwhile
+flock "$here" "$venv/bin/python" -m pip install -q -e "$here" >"$DEMO_DIR/install.log" 2>&1 \
   || { cat "$DEMO_DIR/install.log" >&2; die "pip install failed (log above)"; }
 themis=$venv/bin/themis
 themisd=$venv/bin/themisd
@@ -55,11 +59,6 @@ mkdir -p "$DEMO_DIR"
 if [ -s "$DEMO_DIR/themisd.pid" ] && kill -0 "$(cat "$DEMO_DIR/themisd.pid")" 2>/dev/null; then
   die "a demo is already running (themisd pid $(cat "$DEMO_DIR/themisd.pid")): run demo/stop.sh first"
 fi
-for p in /proc/[0-9]*; do   # one themisd per cluster: two would fight over the same held jobs
-  if tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -q 'themisd\|themis_slurm.daemon.main'; then
-    die "another themisd is running (pid ${p#/proc/}: $(tr '\0' ' ' <"$p/cmdline")): stop it first"
-  fi
-done
 if "$here/slurm_conf/cluster.sh" status >/dev/null 2>&1; then
   echo "already up: the demo will leave it running"
   echo 0 >"$DEMO_DIR/started_cluster"
@@ -70,12 +69,26 @@ fi
 eval "$("$here/slurm_conf/cluster.sh" env)"
 etc=$(dirname "$SLURM_CONF")
 cluster_dir=$(dirname "$etc")
+# one themisd per cluster: two would fight over the same held jobs. A themisd is on this cluster when its
+# environment's SLURM_CONF or its config file names this cluster's slurm.conf (themisd on another cluster
+# of this machine is no concern).
+for p in /proc/[0-9]*; do
+  cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue
+  case $cmd in *bin/themisd*|*themis_slurm.daemon.main*) ;; *) continue ;; esac
+  conf=$(tr '\0' '\n' <"$p/environ" 2>/dev/null | sed -n 's/^SLURM_CONF=//p') || true
+  config=$(tr '\0' '\n' <"$p/cmdline" 2>/dev/null | sed -n '/^--config$/{n;p}' | head -1) || true
+  config=${config:-/etc/themis/themis.yaml}; [ "${config#/}" != "$config" ] || config=$p/cwd/$config
+  if [ "${conf:-/etc/slurm/slurm.conf}" = "$SLURM_CONF" ] || grep -qsF "$SLURM_CONF" "$config"; then
+    die "another themisd is running on this cluster (pid ${p#/proc/}: $cmd): stop it first"
+  fi
+done
 
 # ------------------------------------------------------------------------------------------------ 3. themisd
 lease_min=0.75; [ "$quick" = 1 ] && lease_min=0.5
 say "3/5 starting themisd (leases of $(awk -v m=$lease_min 'BEGIN{print m*60}') s)"
 rm -rf "$DEMO_DIR/state"
 sed -e "s|@DIR@|$DEMO_DIR|g" -e "s|@ETC@|$etc|g" -e "s|@LEASE_MIN@|$lease_min|g" \
+  -e "s|@API_PORT@|$API_PORT|g" -e "s|@METRICS_PORT@|$METRICS_PORT|g" \
   "$here/demo/themis-demo.yaml" >"$DEMO_DIR/themis.yaml"
 "$themisd" --check-config "$DEMO_DIR/themis.yaml"
 # the job_submit.lua filter must hold managed jobs for Themis (enforce); the cluster ships it so
@@ -168,8 +181,8 @@ Where to look next:
   $themis explain $first            why a job ran or waited (its rounds, bids, hidden payment, lease)
   $themis apps --all / jobs / topology
   $DEMO_DIR/themisd.log          themisd's decisions, one line each
-  http://127.0.0.1:9798/metrics   Prometheus metrics (Grafana: docs/grafana-dashboard.json)
-  http://127.0.0.1:8787/v1/cluster  the status API (read-only JSON)
+  http://127.0.0.1:$METRICS_PORT/metrics   Prometheus metrics (Grafana: docs/grafana-dashboard.json)
+  http://127.0.0.1:$API_PORT/v1/cluster  the status API (read-only JSON)
   $jobs/*.out      the jobs' output: checkpoints, SIGUSR1 warnings, resumes
   (export THEMISD_CONFIG=$DEMO_DIR/themis.yaml SLURM_CONF=$SLURM_CONF to use these commands)
 

@@ -29,45 +29,76 @@ fi
 
 "$venv/bin/ruff" check .
 
-started_cluster=0
+read -r -a versions <<<"${THEMIS_SLURM_VERSIONS:-22.05 25.11}"
+started_cluster=0 pids=() stop_others=()
+cleanup() {  # stop only the clusters this run started (and a second pass still running after an error)
+  for pid in "${pids[@]}"; do kill -- "$pid" 2>/dev/null || true; done
+  if [ "${THEMIS_KEEP_CLUSTER:-0}" != 1 ]; then
+    if [ "$started_cluster" = 1 ]; then slurm_conf/cluster.sh down || true; fi
+    for o in "${stop_others[@]}"; do
+      THEMIS_CLUSTER_DIR=${o%%:*} THEMIS_CLUSTER_PORT=${o##*:} slurm_conf/cluster.sh down || true
+    done
+  fi
+}
+trap cleanup EXIT
 if [ "${THEMIS_SKIP_SLURM:-0}" != 1 ] && [ -x slurm_conf/cluster.sh ]; then
   if ! slurm_conf/cluster.sh status >/dev/null 2>&1; then
-    # a stopped cluster of the other version (the 25.11 pass of an earlier run leaves one) is scratch: replace it
-    slurm_conf/cluster.sh up --slurm 22.05 --force
-    started_cluster=1   # stop only a cluster this run started
+    # a stopped cluster of another version or shape is scratch: replace it
+    slurm_conf/cluster.sh up --slurm "${versions[0]}" --force
+    started_cluster=1
   fi
 fi
-cleanup() { if [ "$started_cluster" = 1 ] && [ "${THEMIS_KEEP_CLUSTER:-0}" != 1 ]; then slurm_conf/cluster.sh down || true; fi; }
-trap cleanup EXIT
 
-# The whole suite on Slurm 22.05 (Debian's), then the real-cluster tests (-m slurm) again on Slurm 25.11
-# (their report lines say "[Slurm 25.11]"; they skip with the reason where no 25.11 is available). With
-# arguments, only the first pass runs, with those arguments; THEMIS_SLURM_VERSIONS="25.11" picks passes.
+# The whole suite on Slurm 22.05 (Debian's), and at the same time the real-cluster tests (-m slurm) again on
+# Slurm 25.11, on a second local cluster of their own (DIR /var/tmp/themis-cluster-25.11, ports from 28815;
+# their report lines say "[Slurm 25.11]"; they skip with the reason where no 25.11 is available). The two
+# passes share no cluster, munged, slurmdbd or themisd, and the Slurm tests mostly wait on Slurm, so running
+# them side by side halves the wall time on a 2-core machine. The second pass's output is printed after the
+# first's. With arguments, only the first pass runs, with those arguments; THEMIS_SLURM_VERSIONS="25.11"
+# picks passes (the first listed runs on the default cluster).
 set +e
 rc=0
-versions=${THEMIS_SLURM_VERSIONS:-22.05 25.11}
-first=1
-for v in $versions; do
-  if [ "$first" = 1 ]; then
-    THEMIS_SLURM_VERSION=$v "$venv/bin/python" -m pytest "$@"
-  elif [ $# -eq 0 ] && [ "${THEMIS_SKIP_SLURM:-0}" != 1 ]; then
-    echo "== Slurm $v: the real-cluster tests again =="
-    # pyslurm exists only for 25.11 and must be built against it: use the wheel built for the 25.11 tree
-    # when there is one (the pyslurm tests skip, saying so, without it).
-    dist=${THEMIS_SLURM_DIST:-$here/../shared/slurm}
-    if [ "$v" = 25.11 ] && ! "$venv/bin/python" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("pyslurm") is None)'; then
-      for whl in "$dist"/pyslurm-25.11.*.whl; do
-        [ -f "$whl" ] && "$venv/bin/python" -m pip install -q "$whl" && break
-      done
-    fi
-    started_cluster=1   # the cluster is now this run's (another version replaced the one found)
-    THEMIS_SLURM_VERSION=$v "$venv/bin/python" -m pytest -m slurm tests/slurm
-  else
-    continue
+later=()
+if [ $# -eq 0 ] && [ "${THEMIS_SKIP_SLURM:-0}" != 1 ]; then later=("${versions[@]:1}"); fi
+dist=${THEMIS_SLURM_DIST:-$here/../shared/slurm}
+# pyslurm exists only for 25.11 and must be built against it: install the wheel built for the 25.11 tree
+# when there is one (the pyslurm tests skip, saying so, without it), before any pass imports the package
+if [[ " ${versions[0]} ${later[*]} " == *" 25.11 "* ]] \
+    && ! "$venv/bin/python" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("pyslurm") is None)'; then
+  for whl in "$dist"/pyslurm-25.11.*.whl; do
+    [ -f "$whl" ] && "$venv/bin/python" -m pip install -q "$whl" && break
+  done
+fi
+logs=()
+port=28817
+for v in "${later[@]}"; do
+  other=/var/tmp/themis-cluster-$v
+  log=$(mktemp "/tmp/themis-tests-$v.XXXXXX")
+  if ! THEMIS_CLUSTER_DIR=$other THEMIS_CLUSTER_PORT=$port slurm_conf/cluster.sh status >/dev/null 2>&1; then
+    stop_others+=("$other:$port")
+    # up before any test runs, so that its installs never overlap the first pass; where it cannot come up,
+    # its tests say why (they skip where no 25.11 is at hand, else fail)
+    THEMIS_CLUSTER_DIR=$other THEMIS_CLUSTER_PORT=$port slurm_conf/cluster.sh up --slurm "$v" --force \
+      >"$log" 2>&1 || echo "tests/run.sh: the Slurm $v cluster did not come up (its pass says why)" >&2
   fi
-  r=$?
-  [ "$r" = 0 ] || rc=$r
-  first=0
+  (
+    export THEMIS_CLUSTER_DIR=$other THEMIS_CLUSTER_PORT=$port THEMIS_SLURM_VERSION=$v
+    echo "== Slurm $v: the real-cluster tests again (cluster $other) =="
+    # separate pytest cache and temp folders: the first pass runs meanwhile
+    exec "$venv/bin/python" -m pytest -m slurm tests/slurm -p no:cacheprovider --basetemp="/tmp/pytest-themis-$v"
+  ) >>"$log" 2>&1 &
+  pids+=($!) logs+=("$log")
+  port=$((port + 1000))
 done
+THEMIS_SLURM_VERSION=${versions[0]} "$venv/bin/python" -m pytest "$@"
+rc=$?
+for i in "${!pids[@]}"; do
+  wait "${pids[$i]}"
+  r=$?
+  cat "${logs[$i]}"
+  rm -f "${logs[$i]}"
+  [ "$r" = 0 ] || rc=$r
+done
+pids=()
 set -e
 exit $rc

@@ -81,6 +81,12 @@ class Cluster:
     submitted: list[int] = field(default_factory=list)
 
     @property
+    def spare_port(self) -> int:
+        """A slurmctld port for a throwaway second cluster (cluster.sh's THEMIS_CLUSTER_PORT): 1000 above
+        this one's, so that the two passes of tests/run.sh, each on its own cluster, never share one."""
+        return int(self.env.get("THEMIS_CLUSTER_PORT", "26817")) + 1000
+
+    @property
     def jobs_dir(self) -> Path:
         """World-writable sticky folder (1777) where test jobs write their output."""
         return self.dir / "jobs"

@@ -172,7 +172,7 @@ def test_a_second_cluster_starts_and_stops_exactly_its_own(acct: Cluster) -> Non
     stops its MariaDB and slurmdbd and leaves the shared cluster's running."""
     other = Path(tempfile.mkdtemp(prefix="themis-cluster-test-", dir="/var/tmp")) / "c"
     other.parent.chmod(0o755)  # munged wants every folder above its socket world-executable
-    env = dict(acct.env, THEMIS_CLUSTER_DIR=str(other), THEMIS_CLUSTER_PORT="27817")
+    env = dict(acct.env, THEMIS_CLUSTER_DIR=str(other), THEMIS_CLUSTER_PORT=str(acct.spare_port))
     version = ["--slurm", acct.slurm]
     shared = [pid_of(acct.dir / "mariadb" / "mariadbd.pid"), pid_of(acct.dir / "run" / "slurmdbd.pid")]
     try:
@@ -182,7 +182,7 @@ def test_a_second_cluster_starts_and_stops_exactly_its_own(acct: Cluster) -> Non
         assert res.returncode == 0, res.stderr
         print(f"fresh up with accounting, 1 node: {took:.1f} s")
         ours = [pid_of(other / "mariadb" / "mariadbd.pid"), pid_of(other / "run" / "slurmdbd.pid")]
-        assert "port=27815" in (other / "mariadb" / "my.cnf").read_text()
+        assert f"port={acct.spare_port - 2}" in (other / "mariadb" / "my.cnf").read_text()
         level = subprocess.run(["sacctmgr", "-n", "-P", "list", "user", OPERATOR, "format=adminlevel"],
                                env=dict(env, SLURM_CONF=str(other / "etc" / "slurm.conf")), capture_output=True,
                                text=True, timeout=30, check=False)  # fmt: skip

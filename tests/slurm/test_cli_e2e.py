@@ -55,7 +55,7 @@ def get(url: str, cred: str | None = None) -> tuple[int, dict]:
 @pytest.fixture
 def world(cluster: Cluster, tmp_path: Path) -> Iterator[tuple[ApiServer, int, int]]:
     """Alice's 2-GPU job running (pinned + released, as themisd does), bob's 4-GPU job held; an API on them."""
-    other = running_themisd()
+    other = running_themisd(cluster.env["SLURM_CONF"])
     if other:
         pytest.skip(f"another themisd would start the held test jobs ({other})")
     a = cluster.sbatch("-p", "gpu", "--gres=gpu:2", "--comment=themis:app=e2e", user=ALICE)
@@ -160,7 +160,9 @@ def test_cli_installed_as_documented_works_for_every_user(cluster: Cluster, worl
     prefix = Path(tempfile.mkdtemp(prefix="themis-opt-", dir="/opt"))
     try:
         install = (f"umask 027 && {INSTALL_LINES.format(prefix=prefix, repo=REPO)}")
-        res = subprocess.run(["bash", "-euc", install], capture_output=True, text=True, timeout=900, check=False)
+        # flock: pip builds in the checkout (build/, egg-info), where another pass's demo may install meanwhile
+        res = subprocess.run(["flock", str(REPO), "bash", "-euc", install], capture_output=True, text=True,
+                             timeout=900, check=False)
         assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
         themis_bin = str(prefix / "bin" / "themis")
         env = dict(cluster.env, THEMISD_CONFIG="/nonexistent.yaml")

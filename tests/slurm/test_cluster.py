@@ -103,7 +103,7 @@ def test_the_other_slurm_version_needs_force(cluster: Cluster) -> None:
 
 
 def test_slurm_25_11_without_a_source_says_so(cluster: Cluster, tmp_path: Path) -> None:
-    env = dict(cluster.env, THEMIS_CLUSTER_DIR=str(tmp_path / "c"), THEMIS_CLUSTER_PORT="27817",
+    env = dict(cluster.env, THEMIS_CLUSTER_DIR=str(tmp_path / "c"), THEMIS_CLUSTER_PORT=str(cluster.spare_port),
                THEMIS_SLURM_DIST=str(tmp_path / "none"), THEMIS_SLURM25_PREFIX=str(tmp_path / "opt"))
     res = subprocess.run([str(CLUSTER_SH), "up", "--slurm", "25.11"], env=env, capture_output=True, text=True,
                          timeout=120, check=False)

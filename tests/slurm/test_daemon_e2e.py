@@ -763,7 +763,7 @@ def _no_foreign_held_jobs(cluster: Cluster) -> None:
                and j.get("partition") == "gpu"]
     if foreign:
         pytest.skip(f"the shared cluster has other jobs in partition gpu: {foreign[:5]}")
-    other = running_themisd()
+    other = running_themisd(cluster.env["SLURM_CONF"])
     if other:  # e.g. tests/slurm/test_demo.py's: it would start, preempt or requeue these tests' jobs
         pytest.skip(f"another themisd runs on the shared cluster ({other})")
     os.environ.setdefault("SLURM_CONF", cluster.env["SLURM_CONF"])
