@@ -200,6 +200,52 @@ def test_enumeration_tie_takes_the_smaller_bundle() -> None:
         assert got.bundles["a"].gpus == frozenset({0})
 
 
+
+def _gang_bundle(app: str, gpus: set[int], gain: float) -> Bundle:
+    from themis_slurm.core.agent import Gang
+    from themis_slurm.core.topology import Level
+
+    return Bundle(app, (Gang(f"{app}-j", frozenset(gpus), Level.NODE, float(len(gpus))),), 0.5, gain)
+
+
+def test_a_fractional_lp_relaxation_goes_to_the_milp() -> None:
+    """An odd cycle: three apps each want two of three GPUs. The LP relaxation takes half of each bundle
+    (1.5); the integral optimum is one bundle (1.0), which only the MILP finds."""
+    cands = [_gang_bundle("a", {0, 1}, 1.0), _gang_bundle("b", {1, 2}, 1.0), _gang_bundle("c", {0, 2}, 1.0)]
+    ex = ExactSolver()
+    got = ex.solve_candidates(cands)
+    assert got.objective == pytest.approx(1.0) and len(got.bundles) == 1
+
+
+def test_lp_first_is_optimal_on_random_instances(monkeypatch: pytest.MonkeyPatch) -> None:
+    """solve_candidates takes the LP relaxation's optimum when it is integral, else the MILP's: either
+    way the brute-force optimum, and both paths are taken on these instances."""
+    taken = {"lp": 0, "milp": 0}
+    real = ExactSolver._lp_integral
+
+    def spy(self, *args):  # type: ignore[no-untyped-def]
+        got = real(self, *args)
+        taken["lp" if got is not None else "milp"] += 1
+        return got
+
+    monkeypatch.setattr(ExactSolver, "_lp_integral", spy)
+    rng = random.Random(7)
+    for _ in range(200):
+        apps = [f"a{i}" for i in range(rng.randint(3, 5))]
+        cands = [_gang_bundle(a, set(rng.sample(range(8), rng.randint(1, 4))), round(rng.uniform(0.1, 2.0), 3))
+                 for a in apps for _ in range(rng.randint(1, 4))]  # fmt: skip
+        best = 0.0
+        for pick in itertools.product(*[[None, *[b for b in cands if b.app_id == a]] for a in apps]):
+            chosen = [b for b in pick if b is not None]
+            gpus = [g for b in chosen for g in b.gpus]
+            if len(gpus) == len(set(gpus)):
+                best = max(best, sum(b.gain for b in chosen))
+        got = ExactSolver().solve_candidates(cands)
+        assert got.objective == pytest.approx(best, abs=1e-9)
+        used = [g for b in got.bundles.values() for g in b.gpus]
+        assert len(used) == len(set(used))
+    assert taken["lp"] > 0 and taken["milp"] > 0, taken
+
 def _eager_fill(agents, pool, by: str) -> dict[str, list[tuple[str, float]]]:
     """Reference greedy: at every step every app's next gang is placed against the pool as it is then, and
     the best (priority, then app order) is handed out. Slow and simple, what greedy_fill's lazy heap must
