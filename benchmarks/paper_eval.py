@@ -63,7 +63,7 @@ class Scale:
     contention_values: tuple[float, ...]
     sensitive_values: tuple[float, ...]
     extra_seeds: tuple[int, ...]  # the 64- and 32-GPU comparisons again on these seeds (SEED_POLICIES)
-    solver: str = "fast"  # Themis's winner determination (auto: 15x the time at 84 apps, no lower max rho; docs/design.md)
+    solver: str = "fast"  # Themis's winner determination (auto: 15-46x the time at 84 apps, no lower max rho; docs/design.md)
 
 
 # Measured here (commit d01eae6, 2 workers on an idle 2-core machine): 26.0 min; the simulations' own times sum
