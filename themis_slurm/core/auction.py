@@ -9,7 +9,9 @@ Cole, Gkatzelis and Goel's partial allocation mechanism). Two solvers, each with
   own bundles (with and without each bidder), so that it is never worse than the fast solver. The
   oracle, and used for small rounds. Instances of one or two apps (most of them: rounds with one or two
   bidders, and the payments' re-solves without a winner) are solved by enumeration instead, exactly, with
-  ties broken towards fewer GPUs (:meth:`ExactSolver._enumerate`).
+  ties broken towards fewer GPUs (:meth:`ExactSolver._enumerate`). Larger ones first get the LP
+  relaxation, whose optimum is nearly always integral and then needs no branch and bound
+  (:meth:`ExactSolver._lp_integral`).
 * :class:`FastSolver` -- greedy on marginal log-gain per GPU with lazy placement: every app waits in a
   heap under an upper bound of its next gang's priority and is placed only when it reaches the top,
   against the live pool (:func:`greedy_fill`). The objective is concave in each app's throughput, which is why marginal
