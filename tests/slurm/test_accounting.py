@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from themis_slurm.sim.loaders.sacct import FIELDS, load_sacct
+from themis_slurm.slurm.actions import REQUEUE_SETTLE_S
 
 if TYPE_CHECKING:
     from conftest import Cluster
@@ -79,7 +80,7 @@ def test_loader_reads_the_live_sacct(acct: Cluster, tmp_path: Path) -> None:
     deadline = time.monotonic() + 20
     while (moved := float(c.job(again)["submit_time"])) == first_submit and time.monotonic() < deadline:
         time.sleep(0.2)  # Slurm moves Submit once the cut run has finished completing
-    time.sleep(max(0.0, moved + 1.5 - time.time()))  # not in the requeue's second (slurm/actions.py)
+    time.sleep(max(0.0, moved + REQUEUE_SETTLE_S - time.time()))  # not in the requeue's second (slurm/actions.py)
     c.check(["scontrol", "update", f"JobId={again}", "StartTime=now"])
     c.check(["scontrol", "release", str(again)])
     ids = [one, gang, tagged, never, cpu, again]

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from themis_slurm.slurm.actions import REQUEUE_SETTLE_S
+
 if TYPE_CHECKING:  # conftest is not an importable module at run time; pytest injects the fixtures
     from conftest import Cluster
 
@@ -171,7 +173,7 @@ def test_checkpoint_signal_then_requeue_held(cluster: Cluster) -> None:
     # the second of the requeue (SubmitTime now says when): slurmd would refuse the launch ("already
     # killed, do not launch batch job") and the job would FAIL (Actions.start waits the same way).
     assert cluster.run(["scontrol", "release", str(job_id)], user="themis-alice").returncode != 0
-    time.sleep(max(0.0, job["submit_time"] + 1.5 - time.time()))
+    time.sleep(max(0.0, job["submit_time"] + REQUEUE_SETTLE_S - time.time()))
     cluster.check(["scontrol", "update", f"JobId={job_id}", "StartTime=now"])
     cluster.pin_and_release(job_id, "node1", 1)
     cluster.wait_job(job_id, "RUNNING", timeout=20)
