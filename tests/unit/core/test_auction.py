@@ -9,6 +9,7 @@ import random
 
 import pytest
 
+from themis_slurm.core import auction
 from themis_slurm.core.agent import Bundle
 from themis_slurm.core.auction import ExactSolver, FastSolver, hidden_payments, keep_fraction
 
@@ -208,11 +209,13 @@ def _gang_bundle(app: str, gpus: set[int], gain: float) -> Bundle:
     return Bundle(app, (Gang(f"{app}-j", frozenset(gpus), Level.NODE, float(len(gpus))),), 0.5, gain)
 
 
-def test_a_fractional_lp_relaxation_goes_to_the_milp() -> None:
+def test_a_fractional_lp_relaxation_goes_to_the_milp(monkeypatch: pytest.MonkeyPatch) -> None:
     """An odd cycle: three apps each want two of three GPUs. The LP relaxation takes half of each bundle
     (1.5); the integral optimum is one bundle (1.0), which only the MILP finds."""
     cands = [_gang_bundle("a", {0, 1}, 1.0), _gang_bundle("b", {1, 2}, 1.0), _gang_bundle("c", {0, 2}, 1.0)]
     ex = ExactSolver()
+    assert ex._branch_and_bound(cands, ["a", "b", "c"]).objective == pytest.approx(1.0)  # small: searched
+    monkeypatch.setattr(auction, "BNB_MAX_NODES", 0)  # as if it were too big to search
     got = ex.solve_candidates(cands)
     assert got.objective == pytest.approx(1.0) and len(got.bundles) == 1
 
@@ -229,6 +232,7 @@ def test_lp_first_is_optimal_on_random_instances(monkeypatch: pytest.MonkeyPatch
         return got
 
     monkeypatch.setattr(ExactSolver, "_lp_integral", spy)
+    monkeypatch.setattr(auction, "BNB_MAX_NODES", 0)  # no search: every instance goes to HiGHS
     rng = random.Random(7)
     for _ in range(200):
         apps = [f"a{i}" for i in range(rng.randint(3, 5))]
@@ -245,6 +249,57 @@ def test_lp_first_is_optimal_on_random_instances(monkeypatch: pytest.MonkeyPatch
         used = [g for b in got.bundles.values() for g in b.gpus]
         assert len(used) == len(set(used))
     assert taken["lp"] > 0 and taken["milp"] > 0, taken
+
+
+def _optimum_and_fewest(cands: list[Bundle]) -> tuple[float, int]:
+    """Brute force: the best welfare, and the fewest GPUs among the choices that reach it (within 1e-12)."""
+    apps = sorted({b.app_id for b in cands})
+    choices = []
+    for pick in itertools.product(*[[None, *[b for b in cands if b.app_id == a]] for a in apps]):
+        chosen = [b for b in pick if b is not None]
+        gpus = [g for b in chosen for g in b.gpus]
+        if len(gpus) == len(set(gpus)):
+            choices.append((sum(b.gain for b in chosen), len(gpus)))
+    best = max(v for v, _ in choices)
+    return best, min(n for v, n in choices if v >= best - 1e-12)
+
+
+def test_small_instances_searched_exactly_without_highs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Instances of three or more apps that the search can finish within its node budget never reach
+    HiGHS, and it returns the brute-force optimum with the fewest GPUs among equal-welfare choices
+    (coarse gains make such ties common here)."""
+    def no_highs(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("a small instance went to HiGHS")
+
+    monkeypatch.setattr(auction, "linprog", no_highs)
+    monkeypatch.setattr(auction, "milp", no_highs)
+    rng = random.Random(5)
+    for _ in range(300):
+        apps = [f"a{i}" for i in range(rng.randint(3, 6))]
+        cands = [_gang_bundle(a, set(rng.sample(range(6), rng.randint(1, 3))), rng.choice([0.25, 0.5, 0.75, 1.0]))
+                 for a in apps for _ in range(rng.randint(1, 3))]  # fmt: skip
+        best, fewest = _optimum_and_fewest(cands)
+        got = ExactSolver().solve_candidates(cands)
+        assert got.objective == pytest.approx(best, abs=1e-9)
+        assert len(got.gpus) == fewest
+        used = [g for b in got.bundles.values() for g in b.gpus]
+        assert len(used) == len(set(used)) and len(got.bundles) == len({b.app_id for b in got.bundles.values()})
+    # the contended run's typical round: one expired lease (one GPU) and a handful of bidders
+    one_gpu = [_gang_bundle(f"a{i}", {7}, 0.1 * (i + 1)) for i in range(5)]
+    assert ExactSolver().solve_candidates(one_gpu).bundles.keys() == {"a4"}
+
+
+def test_search_over_budget_leaves_the_instance_to_highs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past BNB_MAX_NODES the search gives up (None) and the LP or MILP answers, with the same optimum."""
+    rng = random.Random(3)
+    apps = [f"a{i}" for i in range(8)]
+    cands = [_gang_bundle(a, set(rng.sample(range(16), rng.randint(1, 4))), round(rng.uniform(0.1, 2.0), 3))
+             for a in apps for _ in range(4)]  # fmt: skip
+    searched = ExactSolver()._branch_and_bound(cands, apps)
+    assert searched is not None
+    monkeypatch.setattr(auction, "BNB_MAX_NODES", 10)
+    assert ExactSolver()._branch_and_bound(cands, apps) is None
+    assert ExactSolver().solve_candidates(cands).objective == pytest.approx(searched.objective, abs=1e-9)
 
 def _eager_fill(agents, pool, by: str) -> dict[str, list[tuple[str, float]]]:
     """Reference greedy: at every step every app's next gang is placed against the pool as it is then, and
