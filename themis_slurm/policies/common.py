@@ -33,6 +33,7 @@ from themis_slurm.core.decision import (
     AppRecord,
     Decision,
     Grant,
+    LazyRecords,
     Preemption,
     PreemptionCause,
     Renewal,
@@ -266,7 +267,7 @@ class BaselineScratchpad:
     def decision(self, order: Sequence[Job] = (), renew_expiry: float = INF) -> Decision:
         """The Decision, with an AppRecord per app. `order` is the policy's ranking of the waiting jobs
         (for each app's rank); expired leases of kept jobs are renewed to `renew_expiry`."""
-        topo, now = self.topo, self.now
+        now = self.now
         renewals: list[Renewal] = []
         for jid, lease in self.running.items():
             if jid in self.preempted:
@@ -294,6 +295,20 @@ class BaselineScratchpad:
                        note=f"{self.policy}: {why}")
             for jid, why in self.preempted.items()
         )
+        return Decision(
+            now=now,
+            grants=tuple(self.granted.values()),
+            renewals=tuple(renewals),
+            preemptions=preemptions,
+            apps=LazyRecords(lambda: self._records(order)),
+            solver=self.policy,
+            offered_gpus=len(self.state.free),
+            idle_gpus=self.pool.free_ids(),
+        )
+
+    def _records(self, order: Sequence[Job]) -> dict[str, AppRecord]:
+        """An AppRecord per app (Decision.apps, built when first read: core/decision.LazyRecords)."""
+        topo, now = self.topo, self.now
         model = FairnessModel(topo, self.state.cluster_gpus or topo.size)
         rank: dict[str, int] = {}
         for j in order:
@@ -356,16 +371,7 @@ class BaselineScratchpad:
                 leftover_gpus=0,
                 note="; ".join(parts),
             )
-        return Decision(
-            now=now,
-            grants=tuple(self.granted.values()),
-            renewals=tuple(renewals),
-            preemptions=preemptions,
-            apps=records,
-            solver=self.policy,
-            offered_gpus=len(self.state.free),
-            idle_gpus=self.pool.free_ids(),
-        )
+        return records
 
 
 def priority_fill(

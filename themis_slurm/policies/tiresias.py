@@ -74,17 +74,25 @@ class TiresiasPolicy:
     def _queues(self, jobs: dict[str, Job]) -> dict[str, int]:
         """:meth:`queue_of` of every job, once per call (promotion then updates it in place); inlined, as
         this runs over every unfinished job at every call."""
-        th, base, right = self.thresholds, self._base, bisect.bisect_right
-        return {jid: right(th, max(0.0, j.service - base.get(jid, 0.0))) for jid, j in jobs.items()}
+        th, right = self.thresholds, bisect.bisect_right
+        # attained service is never negative, and none is queue 0 (thresholds are positive): most of a
+        # long queue never ran, so no bisection for them
+        out = {jid: right(th, j.service) if j.service > 0 else 0 for jid, j in jobs.items()}
+        for jid, b in self._base.items():  # promoted jobs rank by the service since their promotion
+            job = jobs.get(jid)
+            if job is not None:
+                out[jid] = right(th, max(0.0, job.service - b))
+        return out
 
     def _promote(self, pad: BaselineScratchpad, queue: dict[str, int]) -> None:
         """Promote waiting jobs that waited long enough to queue 0 (updates `queue` in place)."""
         if self.promote_knob <= 0:
             return
-        for job in pad.waiting():
-            executed = job.service / job.gpus
-            if executed <= 0 or queue[job.id] == 0:
+        running = pad.running
+        for jid, job in pad.jobs.items():  # pad.waiting()'s order, without building it
+            if job.service <= 0 or jid in running or queue[jid] == 0:
                 continue
+            executed = job.service / job.gpus
             waited = pad.now - self._clock.since(job.id)
             if waited >= self.promote_knob * executed - 1e-6:
                 self._base[job.id] = job.service
@@ -124,18 +132,23 @@ class TiresiasPolicy:
         for jid in pad.preempted:
             if jid not in pad.granted:
                 self._clock.requeue(jid, pad.now)
-        why = pad.why_wait
-        for jid, text in why.items():  # jobs that were waiting and still are (values only: order kept)
-            if jid not in pad.running and not pad.is_active(jid):
-                why[jid] = f"queue {queue[jid]}: {text}"
+        # the queue goes in front of the reason an app's record reports (its first job, in app order, that
+        # has a reason and holds no GPUs: BaselineScratchpad.decision), when that job was waiting before
+        # this call; only that reason is read, so the thousands of others are not reworded
+        why, active, running = pad.why_wait, pad.is_active, pad.running
+        for app in pad.state.apps:
+            for j in app.jobs:
+                if j.id in why and not active(j.id):
+                    if j.id not in running:
+                        why[j.id] = f"queue {queue[j.id]}: {why[j.id]}"
+                    break
         self._wake = self._next_event(pad, queue)
         return pad.decision(order)
 
     def _next_event(self, pad: BaselineScratchpad, queue: dict[str, int]) -> float | None:
         """Earliest future queue crossing of a kept running job or promotion of a waiting one."""
         granted, kept = pad.granted, pad.holding()
-        waiting = [j for jid, j in pad.jobs.items() if jid not in granted and jid not in kept]
-        if not waiting:
+        if len(pad.jobs) == len(granted.keys() | kept.keys()):  # every job holds GPUs: nobody waits
             return None
         t = INF
         for jid, lease in pad.holding().items():
@@ -147,10 +160,10 @@ class TiresiasPolicy:
             if q < len(self.thresholds):
                 t = min(t, pad.now + (self.thresholds[q] - self._service(pad.jobs[g.job_id])) / len(g.gpus))
         if self.promote_knob > 0:
-            for job in waiting:
-                executed = job.service / job.gpus
-                if executed > 0 and queue[job.id] > 0:
-                    t = min(t, self._clock.since(job.id) + self.promote_knob * executed)
+            since, knob = self._clock.since, self.promote_knob
+            for jid, job in pad.jobs.items():  # waiting jobs that ran before (only those can be promoted)
+                if job.service > 0 and queue[jid] > 0 and jid not in granted and jid not in kept:
+                    t = min(t, since(jid) + knob * (job.service / job.gpus))
         if not math.isfinite(t):
             return None
         return max(t, pad.now + 1e-6)

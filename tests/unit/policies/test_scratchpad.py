@@ -43,3 +43,24 @@ def test_every_baseline_rejects_a_broken_state(broken, message) -> None:
     for name in NAMES:
         with pytest.raises(ValueError, match=message):
             make_policy(name).schedule(ctx(s))
+
+
+def test_records_are_built_on_first_read_only_and_read_like_a_dict() -> None:
+    """A baseline's AppRecords (a pass over every unfinished job) are computed when first read, once; the
+    simulator applies decisions without reading them."""
+    from themis_slurm.core.decision import LazyRecords
+
+    pad = BaselineScratchpad(_state(), "test")
+    built = []
+    real = pad._records
+
+    def counting(order):  # type: ignore[no-untyped-def]
+        built.append(1)
+        return real(order)
+
+    pad._records = counting  # type: ignore[method-assign]
+    d = pad.decision()
+    assert isinstance(d.apps, LazyRecords) and built == []
+    assert set(d.apps) == {"A", "B"} and len(d.apps) == 2 and built == [1]
+    assert d.apps["A"].app_id == "A" and dict(d.apps) == real(()) and built == [1]
+    assert d.apps == real(())  # Mapping equality with the eager records
