@@ -72,15 +72,29 @@ def job_time_fractions(share: float, jobs: Sequence[Job], out: dict[str, float])
     in the same order, without a dictionary of demands and one of shares per app and call (ftf and maxmin,
     policies/maxmin.py, ask this of every unfinished job of every app, at every call).
 
-    An app whose share covers all its jobs (the sum of their widths) runs each all the time, with no sort.
+    An app whose share covers all its jobs (the sum of their widths) runs each all the time, with no sort;
+    nor is there one when even the narrowest job is wider than an equal split of the share (every job then
+    gets that split): the same floats, entered in the app's job order instead of the sorted one (callers
+    only look them up).
     """
     if share >= sum(j.gpus for j in jobs):
         for j in jobs:
             out[j.id] = 1.0
         return
-    order = sorted(jobs, key=_width_then_id)  # water_fill's order: (demand, key)
     left = float(share)
-    n = len(order)
+    n = len(jobs)
+    if left <= _TOL:  # nothing to share: the loop below would not run
+        for j in jobs:
+            out[j.id] = 0.0
+        return
+    level = left / n
+    if min(j.gpus for j in jobs) > level:
+        # the loop below would stop at its first job (the narrowest) and give everyone the level: no sort
+        # needed (an app of one-GPU jobs whose share is below its job count, the common case)
+        for j in jobs:
+            out[j.id] = level / j.gpus
+        return
+    order = sorted(jobs, key=_width_then_id)  # water_fill's order: (demand, key)
     i = 0
     while i < n and left > _TOL:
         level = left / (n - i)

@@ -73,7 +73,11 @@ class MaxMinPolicy:
             share[j.app_id] += xj * j.gpus
         at_boundary = self.epochs.on_boundary(now)
         rotatable = self.epochs.rotatable(pad)
-        order = sorted([*pad.waiting(), *(pad.jobs[j] for j in rotatable)], key=lambda j: key[j.id])
+        running, jobs = pad.running, pad.jobs
+        ids = [jid for jid in jobs if jid not in running]  # pad.waiting(), as ids
+        ids += rotatable
+        ids.sort(key=key.__getitem__)  # keys are unique (they end with the id): a total order
+        order = [jobs[jid] for jid in ids]
 
         def placer(job: Job, pool: Pool) -> frozenset[int] | None:
             return pad.fit(job, pool=pool)
