@@ -375,6 +375,8 @@ class ExactSolver:
         for a in agents:
             for b in a.valuations(pool):
                 add(b)
+            if pool.size <= 1:  # one GPU: packing within its rack or node gives the very same bundles
+                continue
             if len(topo.rack_nodes) > 1:
                 for nodes in topo.rack_nodes.values():
                     for b in a.valuations(pool, within=nodes):
