@@ -137,8 +137,12 @@ class LazyRecords(Mapping[str, "AppRecord"]):
     def _get(self) -> Mapping[str, AppRecord]:
         records = self._records
         if records is None:
-            assert self._build is not None
-            records = self._records = self._build()
+            build = self._build
+            if build is None:  # another thread built them meanwhile (it sets the records first)
+                assert self._records is not None
+                return self._records
+            records = build()  # two threads may both build: the same records, the second kept
+            self._records = records
             self._build = None  # let go of what it closed over
         return records
 

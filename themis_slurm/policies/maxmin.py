@@ -60,17 +60,24 @@ class MaxMinPolicy:
         capacity = ctx.state.managed_gpus
         x = self.fractions(ctx, capacity)
 
-        # priority X_j / received fraction (floored at _EPS), and the sort key
-        prio: dict[str, float] = {}
+        # the sort key (minus the priority X_j / received fraction floored at _EPS, submit, id), and each
+        # app's time share in GPUs (for its note); the hot loop of ftf and maxmin: every unfinished job
         key: dict[str, tuple[float, float, str]] = {}
-        share: dict[str, float] = dict.fromkeys(pad.apps, 0.0)  # GPUs of time share per app (for its note)
-        for jid, j in pad.jobs.items():  # app by app, each app's jobs in order
-            age = now - j.submit
-            received = j.service / (j.gpus * age) if age > _EPS else 0.0
-            xj = x[jid]
-            p = prio[jid] = xj / (received if received > _EPS else _EPS)
-            key[jid] = (-p, j.submit, jid)
-            share[j.app_id] += xj * j.gpus
+        share: dict[str, float] = {}
+        for app in ctx.state.apps:
+            total = 0.0
+            for j in app.jobs:
+                jid = j.id
+                xj = x[jid]
+                service = j.service
+                if service > 0:
+                    age = now - j.submit
+                    received = service / (j.gpus * age) if age > _EPS else 0.0
+                    key[jid] = (-(xj / (received if received > _EPS else _EPS)), j.submit, jid)
+                else:  # never ran: received nothing
+                    key[jid] = (-(xj / _EPS), j.submit, jid)
+                total += xj * j.gpus
+            share[app.id] = total
         at_boundary = self.epochs.on_boundary(now)
         rotatable = self.epochs.rotatable(pad)
         running, jobs = pad.running, pad.jobs
@@ -97,7 +104,7 @@ class MaxMinPolicy:
         for aid, gpus in share.items():
             pad.note(aid, f"{self.name} time share {gpus:.2f} GPU(s)")
         next_round = self.epochs.after(now)
-        pad.explain_waiting(lambda j: f"priority {prio[j.id]:.2f}: next round at t={next_round:.0f}")
+        pad.explain_waiting(lambda j: f"priority {-key[j.id][0]:.2f}: next round at t={next_round:.0f}")
         self._wake = expiry if oversubscribed else None
         return pad.decision(order, renew_expiry=expiry)
 

@@ -75,8 +75,8 @@ class TiresiasPolicy:
         """:meth:`queue_of` of every job, once per call (promotion then updates it in place); inlined, as
         this runs over every unfinished job at every call."""
         th, right = self.thresholds, bisect.bisect_right
-        # attained service is never negative, and none is queue 0 (thresholds are positive): most of a
-        # long queue never ran, so no bisection for them
+        # attained service is never negative, and a job with none is in queue 0 (thresholds are positive):
+        # most of a long queue never ran, so no bisection for them
         out = {jid: right(th, j.service) if j.service > 0 else 0 for jid, j in jobs.items()}
         for jid, b in self._base.items():  # promoted jobs rank by the service since their promotion
             job = jobs.get(jid)
