@@ -372,10 +372,15 @@ class ExactSolver:
                 out[key] = b
 
         topo = pool.topo
+        # One GPU: every bundle is one gang on it, worth the same to an app unless it renews a lease in
+        # place, and valuations() puts lease holders first. Packing within its rack or node repeats those
+        # bundles, and the fast solver could only add bundles of equal or lower value after them (so the
+        # search keeps the same choice). Most rounds of a run with a round at every lease expiry are so.
+        one_gpu = pool.size <= 1
         for a in agents:
             for b in a.valuations(pool):
                 add(b)
-            if pool.size <= 1:  # one GPU: packing within its rack or node gives the very same bundles
+            if one_gpu:
                 continue
             if len(topo.rack_nodes) > 1:
                 for nodes in topo.rack_nodes.values():
@@ -386,11 +391,7 @@ class ExactSolver:
                     if pool.node_free(node):
                         for b in a.valuations(pool, within=[node]):
                             add(b)
-        if pool.size <= 1:
-            # One GPU: every bundle is one gang on it, worth the same to an app unless it renews a lease
-            # in place, and valuations() puts lease holders first; the fast solver could only add bundles
-            # of equal or lower value, after these (so the search keeps the same choice). Most rounds of a
-            # cluster run with a round at every lease expiry offer just the one expired GPU.
+        if one_gpu:
             return list(out.values())
         fast = FastSolver()
         for b in fast.solve(agents, pool).bundles.values():

@@ -254,6 +254,12 @@ class BaselineScratchpad:
                     why_wait[j.id] = why(j)
                     break
 
+    def reported_waiting(self, app: App) -> Job | None:
+        """The job whose waiting reason `app`'s AppRecord reports: its first, in app order, that has a reason
+        and holds no GPUs as things stand. A policy that rewords reasons need only reword this one."""
+        why, active = self.why_wait, self.is_active
+        return next((j for j in app.jobs if j.id in why and not active(j.id)), None)
+
     def note(self, app_id: str, text: str) -> None:
         self.notes.setdefault(app_id, []).append(text)
 
@@ -355,9 +361,9 @@ class BaselineScratchpad:
                 parts.append(f"{len(lost)} preempted ({self.preempted[lost[0]]})")
             if n_waiting:
                 first = ""
-                if why_wait:  # the first waiting job, in app order, that has a reason
-                    active = self.is_active
-                    first = next((why_wait[j.id] for j in app.jobs if j.id in why_wait and not active(j.id)), "")
+                if why_wait:
+                    reported = self.reported_waiting(app)
+                    first = why_wait[reported.id] if reported is not None else ""
                 parts.append(f"{n_waiting} waiting" + (f" ({first})" if first else ""))
             parts.extend(self.notes.get(aid, []))
             records[aid] = AppRecord(

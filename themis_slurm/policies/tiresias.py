@@ -132,16 +132,13 @@ class TiresiasPolicy:
         for jid in pad.preempted:
             if jid not in pad.granted:
                 self._clock.requeue(jid, pad.now)
-        # the queue goes in front of the reason an app's record reports (its first job, in app order, that
-        # has a reason and holds no GPUs: BaselineScratchpad.decision), when that job was waiting before
+        # the queue goes in front of the reason an app's record reports, when that job was waiting before
         # this call; only that reason is read, so the thousands of others are not reworded
-        why, active, running = pad.why_wait, pad.is_active, pad.running
+        why = pad.why_wait
         for app in pad.state.apps:
-            for j in app.jobs:
-                if j.id in why and not active(j.id):
-                    if j.id not in running:
-                        why[j.id] = f"queue {queue[j.id]}: {why[j.id]}"
-                    break
+            j = pad.reported_waiting(app)
+            if j is not None and j.id not in pad.running:
+                why[j.id] = f"queue {queue[j.id]}: {why[j.id]}"
         self._wake = self._next_event(pad, queue)
         return pad.decision(order)
 
