@@ -61,10 +61,12 @@ def rank_by_rho(rs: RoundState) -> None:
     for app in rs.state.apps:
         base = kept.get(app.id, 0.0)
         waiting = [j for j in app.jobs if j.id not in held] if app.id in kept else list(app.jobs)
-        rs.rho_now[app.id] = rs.model.rho(app, rs.now, base)
         if waiting:
             homes = {j.id: rs.homes[j.id] for j in waiting if j.id in rs.homes} if app.id in homing else {}
-            rs.agents[app.id] = Agent(app, rs.model, rs.now, base, waiting, homes, rs.restart_discount)
+            ag = rs.agents[app.id] = Agent(app, rs.model, rs.now, base, waiting, homes, rs.restart_discount)
+            rs.rho_now[app.id] = ag.rho_base  # the same float as model.rho(app, now, base): the same formula
+        else:
+            rs.rho_now[app.id] = rs.model.rho(app, rs.now, base)
     urgency = {a: rs.rho_now[a] * (1.0 if ag.homes else 1.0 - rs.restart_discount) for a, ag in rs.agents.items()}
     rs.ranked = sorted(rs.agents, key=lambda a: (-urgency[a], a))
 

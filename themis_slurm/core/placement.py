@@ -248,6 +248,8 @@ class Pool:
         """k GPUs of one node, fullest islands first (fewest islands spanned)."""
         isl_free = self._isl_free
         isls = self.topo.node_islands[node]  # ascending island ids
+        if self._node_free[node] == k:  # all of the node's free GPUs, however its islands hold them
+            return [g for i in isls for g in isl_free[i]]
         # An island that alone holds k is best-fit chosen first (fewest free, then lowest id).
         best, best_c = -1, 0
         for i in isls:

@@ -75,12 +75,17 @@ def _app_record(rs: RoundState, aid: str, rank_of: dict[str, int], bid_ids: set[
     gangs = rs.got.get(aid, [])
     ag = rs.agents.get(aid)
     # a gang started on its reservation is already in the rebuilt agent's base throughput
-    extra = sum(g.throughput for g in gangs if rs.source.get(g.job_id) != "reservation")
+    extra = 0.0
+    total = by_reservation = 0  # an app's gangs never share a GPU (each came out of the pool)
+    for g in gangs:
+        total += len(g.gpus)
+        if rs.source.get(g.job_id) == "reservation":
+            by_reservation += len(g.gpus)
+        else:
+            extra += g.throughput
     won = rs.x_star.bundles.get(aid)
     pay = rs.payments.get(aid)
     kept = rs.kept_gpus.get(aid, 0)
-    total = len(frozenset().union(*(g.gpus for g in gangs))) if gangs else 0
-    by_reservation = sum(len(g.gpus) for g in gangs if rs.source.get(g.job_id) == "reservation")
     rank = rank_of.get(aid)
     bid = aid in bid_ids
     kept_by = KeptBy.ALL
