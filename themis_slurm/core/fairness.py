@@ -136,6 +136,7 @@ class FairnessModel:
             remaining = rem_path = work = work_factor = 0.0
             gpus = 0
             t_jobs = 0.0
+        keep = cache.across_rounds
         if start < len(jobs):
             get = cache.get
             for j in jobs[start:]:
@@ -149,8 +150,10 @@ class FairnessModel:
                 end = (j.submit - arrival if j.submit > arrival else 0.0) + f.run_s
                 if end > t_jobs:
                     t_jobs = end
-                runs.append((remaining, rem_path, work, work_factor, gpus, t_jobs))
-            cache.sums[app.id] = (jobs, arrival, runs)
+                if keep:
+                    runs.append((remaining, rem_path, work, work_factor, gpus, t_jobs))
+            if keep:
+                cache.sums[app.id] = (jobs, arrival, runs)
         t_path = app.finished_path if app.finished_path >= t_jobs else t_jobs
         total = app.finished_work + work
         if total <= 0:

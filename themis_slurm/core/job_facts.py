@@ -45,7 +45,10 @@ class JobFacts:
 class JobFactsCache:
     """:class:`JobFacts` per Job object, for one topology (another topology starts the cache afresh)."""
 
-    def __init__(self) -> None:
+    def __init__(self, across_rounds: bool = True) -> None:
+        #: False for a cache that lives one round (a cold round, RoundState.start without a cache): the
+        #: per-app running sums, kept only for the next round, are then not stored
+        self.across_rounds = across_rounds
         self._topology: Topology | None = None
         self._facts: dict[int, JobFacts] = {}
         self._factors: dict[tuple, float] = {}  # (gpus, gpus_per_node, nodes, profile) -> best factor

@@ -71,7 +71,7 @@ class RoundState:
         """
         jobs = check_state(state)
         topo = state.topology
-        cache = cache if cache is not None else JobFactsCache()
+        cache = cache if cache is not None else JobFactsCache(across_rounds=False)
         cache.use(topo, len(jobs))
         return cls(state=state, cfg=cfg, jobs=jobs,
                    model=FairnessModel(topo, state.cluster_gpus or topo.size, cfg.idle_throughput, cache),

@@ -95,6 +95,26 @@ def test_models_without_a_cache_share_one_and_still_agree_with_a_fresh_one() -> 
         assert shared.facts(app) == fresh.facts(app), step
 
 
+def test_a_one_round_cache_keeps_no_sums_and_gives_the_same_facts() -> None:
+    """A cold round's cache (RoundState.start without one) lives one round: the per-app running sums,
+    kept only for a next round, are not stored, and the facts are the very floats a kept cache gives."""
+    from themis_slurm.core.fairness import FairnessModel
+    from themis_slurm.core.round_state import RoundState
+    from themis_slurm.core.state import ClusterState
+    from themis_slurm.core.workload import App, Job
+
+    topo = Topology.uniform(1, 2, 4)
+    app = App("a", "u", 0.0, tuple(Job(f"a{i}", "a", 1 + i % 2, 100.0 * (i + 1), submit=float(i)) for i in range(5)))
+    once = FairnessModel(topo, 8, job_facts=JobFactsCache(across_rounds=False))
+    kept = FairnessModel(topo, 8, job_facts=JobFactsCache())
+    for model in (once, kept):
+        model.job_facts.use(topo, 5)
+    assert once.facts(app) == kept.facts(app)
+    assert once.job_facts.sums == {} and list(kept.job_facts.sums) == ["a"]
+    rs = RoundState.start(ClusterState(topo, 10.0, frozenset(range(8)), (), (app,)), ArbiterConfig())
+    assert rs.model.job_facts.across_rounds is False
+
+
 def test_throughput_on_a_lease_is_job_throughput() -> None:
     """The kept per-(profile, GPU set) throughput of a lease equals job_throughput, on every level."""
     from themis_slurm.core.fairness import job_throughput
