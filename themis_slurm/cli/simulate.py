@@ -132,6 +132,8 @@ class _Progress:
               help="Themis reserves GPUs for long-waiting wide gangs.")
 @click.option("--keep-wide-gangs/--no-keep-wide-gangs", default=_ARB.keep_wide_gangs, show_default=True,
               help="Themis renews a started wide gang at its lease expiry unless its app is clearly ahead.")
+@click.option("--keep-in-place/--no-keep-in-place", default=_ARB.keep_in_place, show_default=True,
+              help="Themis gives a lease holder its GPUs back where a move would change no placement.")
 @click.option("--estimate-error", default=str(_SIM.estimate_error), show_default=True,
               help="none | uniform:A:B | lognormal:SIGMA")
 @click.option("--calibrate/--no-calibrate", default=_SIM.calibration.enabled, show_default=True,
@@ -297,7 +299,8 @@ def _options(o: dict[str, Any]):
                                     o["calibration_raise_above"])
     knobs = replace(_ARB, fairness_knob=o["fairness_knob"], lease_s=o["lease"], seed=o["seed"],
                     restart_cost_s=o["restart_cost"], solver=o["solver"],
-                    reserve_wide_gangs=o["reserve_wide_gangs"], keep_wide_gangs=o["keep_wide_gangs"])  # fmt: skip
+                    reserve_wide_gangs=o["reserve_wide_gangs"], keep_wide_gangs=o["keep_wide_gangs"],
+                    keep_in_place=o["keep_in_place"])  # fmt: skip
     cfg = SimConfig(restart_cost_s=o["restart_cost"], estimate_error=err, seed=o["seed"], elastic=o["elastic"],
                     node_shaped=o["node_shaped"], round_interval_s=o["round_interval"],
                     progress_interval_s=o["progress_interval"], calibration=calibration)  # fmt: skip

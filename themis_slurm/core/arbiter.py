@@ -12,7 +12,8 @@ module and function):
     winners       winners.determine_winners       x* = argmax prod 1/rho (exact MILP or fast greedy)
     payments      payments.charge, keep_winnings  hidden payments c_i; keep up to the visibility stop
     leftover      leftover.hand_out_leftover      the rest to waiting jobs until none fits
-    keep-in-place keep_in_place.keep_in_place     no restart that changes no placement (on by default)
+    keep-in-place keep_in_place.keep_in_place     optional (keep_in_place, on by default): no restart that
+                                                  changes no placement
     decision      record.record                   grants, renewals, preemptions, an AppRecord per app
 
 Agents (core/agent.py) value bundles by the rho they give their app; a gang that must (re)start counts
@@ -58,6 +59,7 @@ class ArbiterConfig:
     reserve_wide_gangs: bool = False  # the reservation phase (core/reservation.py); off: see docs/design.md
     keep_wide_gangs: bool = False  # the wide-gangs phase (core/wide_gangs.py); off: see docs/design.md
     wide_gang_release_rho: float = 0.8  # ... below this rho an app is clearly ahead: its wide gang is auctioned
+    keep_in_place: bool = True  # the keep-in-place phase (core/keep_in_place.py): off only to see what it saves
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.fairness_knob < 1.0:
@@ -91,5 +93,6 @@ def run_round(state: ClusterState, config: ArbiterConfig | None = None, cache: J
     charge(rs, solved)
     keep_winnings(rs)
     hand_out_leftover(rs)
-    keep_in_place(rs)
+    if rs.cfg.keep_in_place:
+        keep_in_place(rs)
     return record(rs)

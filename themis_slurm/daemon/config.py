@@ -115,6 +115,7 @@ class SchedulerConfig:
     reserve_wide_gangs: bool = _CORE.reserve_wide_gangs
     keep_wide_gangs: bool = _CORE.keep_wide_gangs
     wide_gang_release_rho: float = _CORE.wide_gang_release_rho
+    keep_in_place: bool = _CORE.keep_in_place
 
     @property
     def lease_s(self) -> float:
@@ -127,7 +128,8 @@ class SchedulerConfig:
                              idle_throughput=self.idle_throughput, hidden_payments=self.hidden_payments,
                              seed=self.seed, restart_cost_s=self.restart_cost_s,
                              reserve_wide_gangs=self.reserve_wide_gangs, keep_wide_gangs=self.keep_wide_gangs,
-                             wide_gang_release_rho=self.wide_gang_release_rho)  # fmt: skip
+                             wide_gang_release_rho=self.wide_gang_release_rho,
+                             keep_in_place=self.keep_in_place)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -416,6 +418,7 @@ _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
         "reserve_wide_gangs": boolean,
         "keep_wide_gangs": boolean,
         "wide_gang_release_rho": non_negative,
+        "keep_in_place": boolean,
         "exact_max_bidders": count,
         "exact_max_gpus": count,
         "idle_throughput": fraction,

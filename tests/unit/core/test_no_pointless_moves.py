@@ -54,6 +54,18 @@ def test_holder_on_an_equivalent_node_is_renewed_not_moved(solver: str, f: float
     assert d.apps["b"].rho_after < d.apps["b"].rho_before
 
 
+def test_the_keep_in_place_phase_can_be_switched_off() -> None:
+    """ArbiterConfig.keep_in_place=False skips the phase: the reported case then moves A off node1 (one
+    restart for nothing), which the phase (on by default) undoes."""
+    st = _reported("none")
+    off = run_round(st, ArbiterConfig(solver="fast", keep_in_place=False))
+    check_invariants(st, off)
+    assert [(p.job_id, p.gpus) for p in off.preemptions] == [("a1", NODE1)]
+    assert {(g.job_id, g.gpus) for g in off.grants} == {("b1", NODE1), ("a1", NODE2)}
+    on = run_round(st, ArbiterConfig(solver="fast"))
+    assert on.preemptions == () and [r.job_id for r in on.renewals] == ["a1"]
+
+
 @pytest.mark.parametrize("solver", ["exact", "fast"])
 @pytest.mark.parametrize("f", [0.0, 0.8])
 def test_move_that_gives_a_wide_gang_one_rack_still_happens(solver: str, f: float) -> None:
