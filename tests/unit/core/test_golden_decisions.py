@@ -3,8 +3,9 @@
 A refactoring of the core (or of the daemon seam) must not change what Themis decides. These simulations
 cover the phases of a round: the paper workload on 32 GPUs (exact MILP and hidden payments), a slice of
 the real Philly trace on 32 GPUs (the fast solver, leftover), and a Slurm-shaped mix of multi-node gangs
-with reservations for wide gangs switched on. Each Decision is reduced to its typed content (prose reasons
-are left out: wording belongs to the edges) and floats are rounded to 9 significant digits.
+with reservations for wide gangs switched on. Each Decision is reduced to its typed content (grants,
+renewals and preemptions with their causes, every app's numbers, outcome, kept_by and reservation note;
+prose is left out: wording belongs to the edges) and floats are rounded to 9 significant digits.
 
 Record again only for a deliberate change of behaviour, in its own commit:
     THEMIS_GOLDEN_RECORD=1 .venv/bin/python -m pytest tests/unit/core/test_golden_decisions.py
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 
 from themis_slurm.core.arbiter import ArbiterConfig, run_round
-from themis_slurm.core.decision import Decision
+from themis_slurm.core.decision import Decision, ReservationNote
 from themis_slurm.core.topology import Topology
 from themis_slurm.policies.base import PolicyContext, ThemisPolicy
 from themis_slurm.sim.engine import SimConfig, Simulator
@@ -43,16 +44,22 @@ def _f(x: float | None) -> float | str | None:
     return float(f"{x:.9g}")
 
 
+def _reservation(r: ReservationNote | None) -> list[Any] | None:
+    return None if r is None else [r.job_id, r.gpus, r.held, _f(r.start_in_s), r.started]
+
+
 def digest(d: Decision) -> dict[str, Any]:
     """The typed content of a Decision, JSON-ready and stable."""
     return {
         "now": _f(d.now),
         "grants": [[g.job_id, g.app_id, sorted(g.gpus), dict(sorted(g.nodes.items())), g.level, _f(g.lease_expiry),
                     g.source, g.migrated] for g in d.grants],
-        "renewals": [[r.job_id, r.app_id, sorted(r.gpus), _f(r.lease_expiry)] for r in d.renewals],
-        "preemptions": [[p.job_id, p.app_id, sorted(p.gpus)] for p in d.preemptions],
+        "renewals": [[r.job_id, r.app_id, sorted(r.gpus), _f(r.lease_expiry), str(r.cause), _f(r.cut_s)]
+                     for r in d.renewals],
+        "preemptions": [[p.job_id, p.app_id, sorted(p.gpus), str(p.cause)] for p in d.preemptions],
         "apps": [[a.app_id, _f(a.rho_before), _f(a.rho_after), a.rank, a.bid, a.won_gpus, a.kept_gpus,
-                  _f(a.payment_fraction), a.leftover_gpus] for a in sorted(d.apps.values(), key=lambda a: a.app_id)],
+                  _f(a.payment_fraction), a.leftover_gpus, str(a.outcome), str(a.kept_by), a.ranked,
+                  _reservation(a.reservation)] for a in sorted(d.apps.values(), key=lambda a: a.app_id)],
         "solver": d.solver,
         "objective": _f(d.objective),
         "offered": d.offered_gpus,
