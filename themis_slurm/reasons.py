@@ -55,6 +55,8 @@ def app_outcome(outcome: Outcome | str, rank: int | None = None, ranked: int | N
         text = "nothing waiting"
     elif outcome is Outcome.LOST:
         text = f"bid (rank {rank}) but won nothing"
+    elif outcome is Outcome.POLICY:
+        text = "scheduled by a baseline policy" + (f" (rank {rank} of {ranked})" if rank is not None else "")
     elif outcome is Outcome.WON:
         text = f"bid (rank {rank}), won {won_gpus} GPU(s)"
         if kept_by is KeptBy.PAYMENT:

@@ -20,6 +20,7 @@ class Outcome(StrEnum):
     NOT_OFFERED = "not_offered"           # ranked below the visibility cut (1 - f of the ranked apps bid)
     LOST = "lost"                         # bid and won nothing
     WON = "won"                           # bid and won GPUs in the auction
+    POLICY = "policy"                     # a baseline policy's round with work waiting (simulator only; see note)
 
 
 class KeptBy(StrEnum):

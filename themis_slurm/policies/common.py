@@ -34,6 +34,7 @@ from themis_slurm.core.decision import (
     Decision,
     Grant,
     LazyRecords,
+    Outcome,
     Preemption,
     PreemptionCause,
     Renewal,
@@ -347,6 +348,7 @@ class BaselineScratchpad:
                 lost_by.setdefault(self.jobs[jid].app_id, []).append(jid)
         why_wait = self.why_wait
         records: dict[str, AppRecord] = {}
+        ranked = len(rank)
         for app in self.state.apps:
             aid = app.id
             gs = started.get(aid, [])
@@ -376,6 +378,8 @@ class BaselineScratchpad:
                 kept_gpus=n_gpus,
                 leftover_gpus=0,
                 note="; ".join(parts),
+                outcome=Outcome.POLICY if n_waiting or gs else Outcome.NOTHING_WAITING,
+                ranked=ranked,
             )
         return records
 

@@ -64,3 +64,20 @@ def test_records_are_built_on_first_read_only_and_read_like_a_dict() -> None:
     assert set(d.apps) == {"A", "B"} and len(d.apps) == 2 and built == [1]
     assert d.apps["A"].app_id == "A" and dict(d.apps) == real(()) and built == [1]
     assert d.apps == real(())  # Mapping equality with the eager records
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n != "themis"])
+def test_every_baseline_records_its_outcome_as_data(name: str) -> None:
+    """An app with work waiting (or started now) gets Outcome.POLICY, with its rank among the ranked apps;
+    an app whose every job runs gets NOTHING_WAITING, as in a Themis round. Words come from reasons.py."""
+    from themis_slurm import reasons
+    from themis_slurm.core.decision import Outcome
+
+    s = state(TOPO, [app("A", [job("a1", "A"), job("a2", "A")]), app("B", [job("b1", "B", 2)]),
+                     app("C", [job("c1", "C")])], running={"a1": {0}, "c1": {1}})  # fmt: skip
+    d = make_policy(name).schedule(ctx(s))
+    assert d.apps["C"].outcome is Outcome.NOTHING_WAITING and d.apps["C"].rank is None
+    for aid in ("A", "B"):
+        rec = d.apps[aid]
+        assert rec.outcome is Outcome.POLICY and rec.ranked == 2 and rec.rank in (1, 2)
+        assert reasons.app_record(rec).startswith(f"scheduled by a baseline policy (rank {rec.rank} of 2)")
