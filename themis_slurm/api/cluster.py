@@ -60,25 +60,27 @@ class CachedSnapshot:
 
 @dataclass(frozen=True)
 class GpuState:
-    """One GPU as the API shows it; `job` is the managed job holding or reserved to it, when known."""
+    """One GPU as the API shows it; `job` is the managed job holding it or starting on it, when known."""
 
     id: int
     node: str
     index: int
     island: int
     rack: str
-    state: str  # free | reserved | leased | unmanaged | unavailable
+    state: str  # free | starting | leased | unmanaged | unavailable
     job: str | None = None
 
 
-GPU_STATES = ("free", "reserved", "leased", "unmanaged", "unavailable")
+#: "starting": granted to a job Slurm has not started yet (not "reserved": that word is the core's, for GPUs
+#: held idle for a wide gang, core/reservation.py)
+GPU_STATES = ("free", "starting", "leased", "unmanaged", "unavailable")
 
 
-def gpu_states(snap: Snapshot, reserved: Mapping[str, Iterable[int]]) -> list[GpuState]:
-    """Every managed-partition GPU with its state. `reserved`: job -> GPU ids granted but not running yet.
+def gpu_states(snap: Snapshot, starting: Mapping[str, Iterable[int]]) -> list[GpuState]:
+    """Every managed-partition GPU with its state. `starting`: job -> GPU ids granted but not running yet.
 
     Precedence follows the adapter's conservative accounting: unavailable and unmanaged first (never
-    offered), then GPUs a managed job holds (leased), then reservations on free GPUs, then free.
+    offered), then GPUs a managed job holds (leased), then free GPUs granted to a starting job, then free.
     """
     holder: dict[int, str] = {}
     for mj in snap.managed:
@@ -86,7 +88,7 @@ def gpu_states(snap: Snapshot, reserved: Mapping[str, Iterable[int]]) -> list[Gp
             holder[g] = mj.job_id
     leased = set(snap.managed_used) | set(holder)
     res: dict[int, str] = {}
-    for job, ids in reserved.items():
+    for job, ids in starting.items():
         for g in ids:
             res.setdefault(g, job)
     out = []
@@ -98,7 +100,7 @@ def gpu_states(snap: Snapshot, reserved: Mapping[str, Iterable[int]]) -> list[Gp
         elif g.id in leased:
             state, job = "leased", holder.get(g.id)
         elif g.id in res and g.id in snap.free:
-            state, job = "reserved", res[g.id]
+            state, job = "starting", res[g.id]
         elif g.id in snap.free:
             state, job = "free", None
         else:
@@ -143,7 +145,7 @@ def held_for_granted(snap: Snapshot, rows: Iterable[GrantedRow]) -> dict[str, fr
     """GPUs held for jobs a round granted (intent granted or starting) that Slurm does not show running yet.
 
     The one definition, used by themisd's round (the GPUs are not offered again; `themis_gpus{state=
-    "reserved"}`) and by the API's GPU states (`themis status`, /v1/topology), so the two cannot disagree.
+    "starting"}`) and by the API's GPU states (`themis status`, /v1/topology), so the two cannot disagree.
     Slurm chooses GPU indices inside a node, so what a grant holds is a per-node count: the granted ids
     while they are free, else other free ids of the same node. Released jobs (``starting``) come first
     (Slurm may start them any moment), then grants in the order they were made. (Not the core's

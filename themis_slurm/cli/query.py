@@ -96,7 +96,7 @@ def jobs(user: str | None, app: str | None, noheader: bool, fields: str | None, 
     print_notes(doc, client)
 
 
-GPU_MARK = {"free": ".", "reserved": "r", "unmanaged": "u", "unavailable": "x"}
+GPU_MARK = {"free": ".", "starting": "s", "unmanaged": "u", "unavailable": "x"}
 
 
 def _island_text(isl: dict[str, Any]) -> str:
@@ -135,7 +135,7 @@ TOPO_DEFAULT = tuple(c.name for c in TOPO_COLUMNS)
 
 
 @click.command("topology", context_settings=NO_H_HELP, epilog=_fields_epilog(TOPO_COLUMNS, TOPO_DEFAULT)
-               + "\n\b\nMap: index:JOBID leased, . free, r reserved (granted, starting), u unmanaged, "
+               + "\n\b\nMap: index:JOBID leased, . free, s starting (granted, not running yet), u unmanaged, "
                  "x unavailable, L leased by a job you may not see.")
 @table_options
 @connection_options

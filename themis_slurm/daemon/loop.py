@@ -434,12 +434,12 @@ class Daemon:
     # ------------------------------------------------------------------------------------------ metrics
     def _metrics(self, snap: Snapshot, inp: RoundInput, rows: Mapping[str, JobRow],
                  apps: Mapping[str, AppRow]) -> None:
-        reserved = set().union(*inp.held.values()) if inp.held else set()
+        starting = set().union(*inp.held.values()) if inp.held else set()
         managed_used = set(snap.managed_used) or {g for m in snap.managed for g in m.gpu_ids}
         self.metrics.set_gpus({
             "total": snap.topology.size,
-            "free": len(snap.free - reserved),
-            "reserved": len(reserved),
+            "free": len(snap.free - starting),
+            "starting": len(starting),
             "leased": len(managed_used),
             "unmanaged": len(snap.unmanaged),
             "unavailable": len(snap.unavailable),

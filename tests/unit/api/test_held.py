@@ -26,6 +26,6 @@ def test_api_rows_and_daemon_rows_hold_the_same_gpus() -> None:
     d["planned_nodes"], d["planned_gpus"] = dict(row.planned_nodes), sorted(row.planned_gpus)  # as api.db decodes
     assert held_from_rows(snap, [d]) == daemon_view
     states = {g.id: g.state for g in gpu_states(snap, held_from_rows(snap, [d]))}
-    assert states[on_node[0]] == "reserved"
+    assert states[on_node[0]] == "starting"
     # a running job holds nothing extra; a waiting one is not a grant
     assert held_for_granted(snap, [replace(row, intent="waiting")]) == {}

@@ -29,7 +29,7 @@ def get(app: ApiApp, path: str, auth: str | None = None, query: str = "") -> tup
 def test_cluster_counts_gpus_by_rack_and_state(app: ApiApp) -> None:
     status, doc = get(app, "/v1/cluster", ROOT)
     assert status == 200
-    assert doc["gpus"] == {"total": 8, "free": 2, "reserved": 0, "leased": 6, "unmanaged": 0, "unavailable": 0}
+    assert doc["gpus"] == {"total": 8, "free": 2, "starting": 0, "leased": 6, "unmanaged": 0, "unavailable": 0}
     assert {r["rack"]: (r["total"], r["free"], r["leased"]) for r in doc["racks"]} == {
         "rack1": (4, 2, 2), "rack2": (4, 0, 4)}
     assert [a["app"] for a in doc["apps"]] == ["themis-bob/job-21", "themis-alice/sweep", "themis-bob/job-20"]

@@ -17,8 +17,8 @@ def test_status(run: Run, server: ApiServer) -> None:
     res = run("status", "--url", server.url, user="root")
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
-    assert lines[0].startswith("Themis  8 GPUs: 2 free, 0 reserved, 6 leased, 0 unmanaged, 0 unavailable")
-    assert lines[2].split() == ["RACK", "NODES", "GPUS", "FREE", "RESERVED", "LEASED", "UNMANAGED", "UNAVAILABLE"]
+    assert lines[0].startswith("Themis  8 GPUs: 2 free, 0 starting, 6 leased, 0 unmanaged, 0 unavailable")
+    assert lines[2].split() == ["RACK", "NODES", "GPUS", "FREE", "STARTING", "LEASED", "UNMANAGED", "UNAVAILABLE"]
     assert lines[3].split() == ["rack1", "1", "4", "2", "0", "2", "0", "0"]
     apps = lines[lines.index("") + 1:][lines[lines.index("") + 1:].index("") + 1:]
     assert apps[0].split() == ["RANK", "APP", "OWNER", "RUN", "WAIT", "GPUS", "RHO", "PREEMPT"]
