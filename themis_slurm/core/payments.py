@@ -1,5 +1,13 @@
 """Hidden payments and the visibility stop: what each winner of x* actually keeps.
 
+Winner i keeps the fraction ``c_i = prod_{j!=i} v_j(x*) / prod_{j!=i} v_j(x*_{-i})`` (v = 1/rho) of its
+allocation, where x*_{-i} is the welfare-maximising allocation without i (:func:`hidden_payments`). The exact
+solver re-solves without i; the fast solver warm-starts from x* minus i and lets the others grab i's GPUs,
+which can only raise their welfare, so c_i stays in [0, 1] either way (with ``bound``, the exact re-solve is
+skipped when no other bidder can do better than in x*: c_i = 1; off by default). Gangs are indivisible: a
+winner keeps whole gangs worth c_i of its win in expectation (:func:`keep_fraction`, a lottery on the last
+gang, :func:`lottery`).
+
 Themis NSDI 2020, section 4.2: winner i keeps c_i = prod_{j != i} rho_j(x*_{-i}) / rho_j(x*) of what it
 won (partial allocation: truth-telling pays); the rest is withheld and goes to the leftover. Whole gangs
 are kept: the last one by a lottery number drawn from a hash of (seed, now, app id), so that the expected
@@ -11,10 +19,14 @@ outside the auction (see :func:`visibility_stop`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
-from themis_slurm.core.agent import Agent, Gang
-from themis_slurm.core.auction import hidden_payments, lottery
+from themis_slurm.core.agent import Agent, Bundle, Gang
+from themis_slurm.core.auction import Allocation, ExactSolver, greedy_fill
+from themis_slurm.core.placement import Pool
 from themis_slurm.core.round_state import RoundState
 from themis_slurm.core.winners import Solved
 
@@ -68,3 +80,112 @@ def visibility_stop(agent: Agent, gangs: Sequence[Gang], level: float) -> tuple[
         out.append(g)
         x += g.throughput
     return tuple(out)
+
+
+# ------------------------------------------------------------------------------------------- c_i
+@dataclass(frozen=True)
+class Payment:
+    """Partial allocation outcome for one winner."""
+
+    app_id: str
+    fraction: float  # c_i in [0, 1]
+    won: Bundle
+    kept: tuple[Gang, ...]
+    withheld: tuple[Gang, ...]
+
+
+def _others_gain(alloc: Mapping[str, Bundle], skip: str) -> float:
+    return sum(b.gain for aid, b in alloc.items() if aid != skip)
+
+
+def keep_fraction(won: Bundle, c: float, draw: float = 1.0) -> tuple[tuple[Gang, ...], tuple[Gang, ...]]:
+    """Whole gangs, in bidding order, worth the fraction c of what was won: in expectation, by a lottery.
+
+    Partial allocation scales the allocation by c_i; gangs cannot be split. The app keeps the longest
+    prefix that stays within c_i of its won throughput, plus the next gang when `draw` (uniform in
+    [0, 1)) is below the uncovered remainder of the budget divided by that gang's throughput: the
+    expected kept throughput is exactly c_i times what was won. `draw` = 1 never rounds up (the prefix
+    only). Why a lottery: with the prefix only, an app bidding for a single gang keeps nothing whenever
+    c_i < 1, i.e. whenever another bidder wants its GPUs, and can starve (docs/design.md).
+    """
+    budget = c * won.throughput + 1e-9
+    kept: list[Gang] = []
+    x = 0.0
+    for k, g in enumerate(won.gangs):
+        if x + g.throughput > budget:
+            if draw < (budget - x) / g.throughput:
+                kept.append(g)
+                k += 1
+            return tuple(kept), tuple(won.gangs[k:])
+        kept.append(g)
+        x += g.throughput
+    return tuple(kept), ()
+
+
+def lottery(seed: int, now: float, app_id: str) -> float:
+    """The lottery number of `app_id` in the round at `now`: uniform in [0, 1), a pure function of its arguments."""
+    digest = hashlib.sha256(f"{seed}:{now!r}:{app_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0**64
+
+
+def hidden_payments(
+    agents: Sequence[Agent],
+    pool: Pool,
+    x_star: Allocation,
+    exact: ExactSolver | None = None,
+    candidates: Sequence[Bundle] | None = None,
+    draws: Mapping[str, float] | None = None,
+    bound: bool = False,
+) -> dict[str, Payment]:
+    """c_i for every winner of `x_star` (computed on the round's `pool`, which is not changed).
+
+    With `exact` and its `candidates`, x*_{-i} is the MILP optimum without i; otherwise it is the greedy
+    warm start described in the module docstring. `draws` are the winners' lottery numbers for
+    :func:`keep_fraction` (missing: 1, i.e. keep the prefix only).
+
+    `bound` (exact only; off by default, today's behaviour) skips the MILP without i when it cannot beat
+    x*: when no other bidder has a candidate worth more than what it holds in x*, x*_{-i} is x* without i
+    and c_i = 1. The same c_i in exact arithmetic; the re-solve could only differ by the float rounding
+    of an equal-valued sum (c_i = 1 - 1e-16 instead of 1).
+    """
+    out: dict[str, Payment] = {}
+    best_of: dict[str, float] = {}  # each app's most valuable candidate, for `bound`
+    if bound and exact is not None and candidates is not None:
+        for b in candidates:
+            if b.gain > best_of.get(b.app_id, 0.0):
+                best_of[b.app_id] = b.gain
+    # Apps that got every job they bid for cannot gain from i's GPUs: skip the re-solve when none is left.
+    def unmet(a: Agent) -> bool:
+        held = {g.job_id for g in x_star.bundles[a.app_id].gangs} if a.app_id in x_star.bundles else set()
+        return any(j.id not in held for j in a.jobs)
+
+    others_need = {a.app_id for a in agents if unmet(a)}
+    after: Pool | None = None  # the pool once x* is taken: only when some re-solve needs it
+    for aid, won in sorted(x_star.bundles.items()):
+        held = x_star.bundles
+        if best_of and all(g <= (held[k].gain if k in held else 0.0) for k, g in best_of.items() if k != aid):
+            base = minus = 0.0  # no other bidder can do better than in x*: c_i = 1 without a re-solve
+        elif exact is not None and candidates is not None:
+            base = _others_gain(x_star.bundles, aid)
+            x_minus = exact.solve_candidates(candidates, exclude=aid).bundles
+            minus = _others_gain(x_minus, aid)
+        elif others_need - {aid}:
+            base = _others_gain(x_star.bundles, aid)
+            if after is None:
+                after = pool.copy()
+                after.take(x_star.gpus)
+            work = after.copy()
+            work.give(won.gpus)
+            others = [
+                a for a in agents if a.app_id != aid and (a.app_id in others_need or a.app_id in x_star.bundles)
+            ]
+            start = {k: list(b.gangs) for k, b in x_star.bundles.items() if k != aid}
+            got = greedy_fill(others, work, start)
+            by_id = {a.app_id: a for a in others}
+            minus = sum(by_id[k].bundle(g).gain for k, g in got.items())
+        else:
+            base = minus = 0.0  # nobody else wants more: x*_{-i} is x* without i, c_i = 1
+        c = math.exp(min(0.0, base - minus))
+        kept, withheld = keep_fraction(won, c, (draws or {}).get(aid, 1.0))
+        out[aid] = Payment(aid, c, won, kept, withheld)
+    return out

@@ -20,7 +20,8 @@ from themis_slurm.core.workload import Job, Lease
 if TYPE_CHECKING:
     from themis_slurm.core.agent import Agent, Gang
     from themis_slurm.core.arbiter import ArbiterConfig
-    from themis_slurm.core.auction import Allocation, Payment
+    from themis_slurm.core.auction import Allocation
+    from themis_slurm.core.payments import Payment
 
 #: A (re)start may cost at most half a lease in the bids and the ranking: beyond that, a short lease would
 #: make every move look worthless and freeze the allocation (restart_cost_s >= lease_s / 2).

@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from themis_slurm.core.arbiter import ArbiterConfig, bidders_offered, run_round
-from themis_slurm.core.auction import lottery
 from themis_slurm.core.decision import Decision
+from themis_slurm.core.payments import lottery
 from themis_slurm.core.placement import Pool
 from themis_slurm.core.state import ClusterState
 from themis_slurm.core.topology import Level, Topology

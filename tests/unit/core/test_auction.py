@@ -11,7 +11,8 @@ import pytest
 
 from themis_slurm.core import auction
 from themis_slurm.core.agent import Bundle
-from themis_slurm.core.auction import ExactSolver, FastSolver, hidden_payments, keep_fraction
+from themis_slurm.core.auction import ExactSolver, FastSolver
+from themis_slurm.core.payments import hidden_payments, keep_fraction
 
 from .instances import agents_for, random_state
 
@@ -139,7 +140,7 @@ def test_keep_fraction_never_rounds_up() -> None:
 def test_keep_fraction_lottery_keeps_c_in_expectation() -> None:
     """The next gang is kept when the draw is below the uncovered budget / its throughput."""
     from themis_slurm.core.agent import Gang
-    from themis_slurm.core.auction import lottery
+    from themis_slurm.core.payments import lottery
     from themis_slurm.core.topology import Level
 
     gangs = tuple(Gang(f"j{k}", frozenset({k}), Level.ISLAND, 1.0) for k in range(4))

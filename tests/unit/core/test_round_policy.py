@@ -12,9 +12,9 @@ import pytest
 
 from themis_slurm.core.agent import Agent
 from themis_slurm.core.arbiter import ArbiterConfig, bidders_offered, run_round
-from themis_slurm.core.auction import greedy_fill, lottery
+from themis_slurm.core.auction import greedy_fill
 from themis_slurm.core.fairness import FairnessModel
-from themis_slurm.core.payments import MIN_CUT
+from themis_slurm.core.payments import MIN_CUT, lottery
 from themis_slurm.core.placement import Pool
 from themis_slurm.core.state import ClusterState
 from themis_slurm.core.topology import Topology
