@@ -17,6 +17,7 @@ from typing import Any
 
 from themis_slurm.core.decision import (
     AppRecord,
+    GrantSource,
     KeptBy,
     Outcome,
     PreemptionCause,
@@ -80,9 +81,9 @@ def app_record(rec: AppRecord, fairness_knob: float | None = None) -> str:
                        rec.payment_fraction, rec.leftover_gpus, rec.reservation, fairness_knob)
 
 
-def grant(source: str, app_text: str) -> str:
+def grant(source: GrantSource | str, app_text: str) -> str:
     """Why a job was started: its grant's source (auction, leftover, reservation) and its app's outcome."""
-    return f"{source}: {app_text}"
+    return f"{GrantSource(source)}: {app_text}"
 
 
 def renewal_cause(cause: RenewalCause | str, cut_s: float | None = None, instead_of: str | None = None) -> str:

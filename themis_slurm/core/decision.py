@@ -31,6 +31,16 @@ class KeptBy(StrEnum):
     VISIBILITY = "visibility"             # its rho fell to the worst outside the auction: the rest went on
 
 
+class GrantSource(StrEnum):
+    """Why a job was started (Grant.source)."""
+
+    AUCTION = "auction"                   # won in the auction and kept after the hidden payment
+    LEFTOVER = "leftover"                 # work conservation: GPUs nobody won, or withheld ones
+    RESERVATION = "reservation"           # a wide gang that waited a lease, started on GPUs reserved for it
+    POLICY = "policy"                     # a baseline policy started it in its priority order (simulator only)
+    BACKFILL = "backfill"                 # a baseline started it out of order on GPUs nobody ahead can use
+
+
 class RenewalCause(StrEnum):
     NOT_PREEMPTIBLE = "not_preemptible"   # the job cannot be preempted: it keeps its GPUs
     WON_BACK = "won_back"                 # won its own GPUs back in the auction
@@ -61,8 +71,8 @@ class ReservationNote:
 class Grant:
     """Start `job_id` on `gpus` (per-node counts in `nodes`) with a lease until `lease_expiry`.
 
-    `source` is "auction" (won and kept after the hidden payment), "leftover" (work conservation) or
-    "reservation" (a wide gang that waited at least a lease, started on the GPUs reserved for it).
+    `source` says why (:class:`GrantSource`): auction, leftover or reservation in a Themis round; policy
+    or backfill in a baseline's.
     `migrated` is set when the job held other GPUs until now (it is preempted from those first).
     """
 
@@ -72,7 +82,7 @@ class Grant:
     nodes: Mapping[str, int]
     level: str
     lease_expiry: float
-    source: str
+    source: GrantSource
     migrated: bool = False
 
 

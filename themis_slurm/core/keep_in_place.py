@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from themis_slurm.core.agent import Gang
+from themis_slurm.core.decision import GrantSource
 from themis_slurm.core.placement import Pool, get_profile, throughput
 from themis_slurm.core.round_state import RoundState
 from themis_slurm.core.topology import Topology
@@ -136,13 +137,13 @@ def no_pointless_moves(
             for k in movers:
                 m = gs[k]
                 b = m.gpus
-                if len(b) != len(home) or b & home or source.get(m.job_id) == "reservation":
+                if len(b) != len(home) or b & home or source.get(m.job_id) is GrantSource.RESERVATION:
                     continue
                 if factor(y, home) < factor(y, b) - 1e-12:
                     continue  # Y itself is better placed on B: a move worth its restart
                 slots = sorted({owner[g] for g in home})
                 occupants = [out[oa][ok] for oa, ok in slots]
-                if any(not o.gpus <= home or source.get(o.job_id) == "reservation" for o in occupants):
+                if any(not o.gpus <= home or source.get(o.job_id) is GrantSource.RESERVATION for o in occupants):
                     continue
                 placed = refit(occupants, b)
                 if placed is None:

@@ -9,6 +9,7 @@ incentive when only a payer can use a GPU: no GPU idles while a waiting job fits
 from __future__ import annotations
 
 from themis_slurm.core.auction import greedy_fill
+from themis_slurm.core.decision import GrantSource
 from themis_slurm.core.round_state import RoundState
 
 
@@ -29,4 +30,4 @@ def hand_out_leftover(rs: RoundState) -> None:
     rs.got = got
     for aid, gangs in got.items():
         for g in gangs[before.get(aid, 0):]:
-            rs.source.setdefault(g.job_id, "leftover")
+            rs.source.setdefault(g.job_id, GrantSource.LEFTOVER)

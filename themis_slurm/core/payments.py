@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from themis_slurm.core.agent import Agent, Bundle, Gang
 from themis_slurm.core.auction import Allocation, ExactSolver, greedy_fill
+from themis_slurm.core.decision import GrantSource
 from themis_slurm.core.placement import Pool
 from themis_slurm.core.round_state import RoundState
 from themis_slurm.core.winners import Solved
@@ -60,7 +61,7 @@ def keep_winnings(rs: RoundState) -> None:
         if len(stop) < len(kept):
             rs.stopped.add(aid)
         rs.kept_gpus[aid] = sum(len(g.gpus) for g in stop)
-        rs.award(aid, list(stop), "auction")
+        rs.award(aid, list(stop), GrantSource.AUCTION)
 
 
 def visibility_stop(agent: Agent, gangs: Sequence[Gang], level: float) -> tuple[Gang, ...]:

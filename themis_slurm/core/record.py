@@ -11,6 +11,7 @@ from themis_slurm.core.decision import (
     AppRecord,
     Decision,
     Grant,
+    GrantSource,
     KeptBy,
     Outcome,
     Preemption,
@@ -65,7 +66,7 @@ def _actions(rs: RoundState) -> tuple[list[Grant], list[Preemption]]:
 
 
 def _renewal(rs: RoundState, aid: str, g: Gang) -> Renewal:
-    cause = RenewalCause.WON_BACK if rs.source[g.job_id] == "auction" else RenewalCause.LEFTOVER
+    cause = RenewalCause.WON_BACK if rs.source[g.job_id] is GrantSource.AUCTION else RenewalCause.LEFTOVER
     cut_s = rs.cut[g.job_id] - rs.now if g.job_id in rs.cut else None
     return Renewal(g.job_id, aid, g.gpus, rs.cut.get(g.job_id, rs.expiry), cause, cut_s)
 
@@ -79,7 +80,7 @@ def _app_record(rs: RoundState, aid: str, rank_of: dict[str, int], bid_ids: set[
     total = by_reservation = 0  # an app's gangs never share a GPU (each came out of the pool)
     for g in gangs:
         total += len(g.gpus)
-        if rs.source.get(g.job_id) == "reservation":
+        if rs.source.get(g.job_id) is GrantSource.RESERVATION:
             by_reservation += len(g.gpus)
         else:
             extra += g.throughput

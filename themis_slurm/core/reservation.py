@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from themis_slurm.core.agent import Agent, Gang
-from themis_slurm.core.decision import ReservationNote
+from themis_slurm.core.decision import GrantSource, ReservationNote
 from themis_slurm.core.placement import Pool, get_profile, throughput
 from themis_slurm.core.round_state import RoundState
 from themis_slurm.core.topology import Topology
@@ -29,7 +29,7 @@ def reserve_for_wide_gang(rs: RoundState) -> None:
     if all(g in rs.pool for g in target):
         level = topo.level_of(target)
         gang = Gang(job.id, target, level, throughput(len(target), level, get_profile(job.profile)))
-        rs.award(ag.app_id, [gang], "reservation")
+        rs.award(ag.app_id, [gang], GrantSource.RESERVATION)
         # the app bids on with the gang counted in its base throughput (and without the job)
         rebuilt = ag.with_started(job.id, gang.throughput)
         rs.agents[ag.app_id] = rebuilt

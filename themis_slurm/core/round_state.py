@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from themis_slurm.core.decision import Renewal, ReservationNote
+from themis_slurm.core.decision import GrantSource, Renewal, ReservationNote
 from themis_slurm.core.fairness import FairnessModel
 from themis_slurm.core.job_facts import JobFactsCache
 from themis_slurm.core.placement import Pool
@@ -62,7 +62,7 @@ class RoundState:
     stopped: set[str] = field(default_factory=set)                       # winners the visibility stop cut
     # the allocation, as every phase from reservation on leaves it
     got: dict[str, list[Gang]] = field(default_factory=dict)             # app -> gangs it starts or keeps
-    source: dict[str, str] = field(default_factory=dict)                 # job -> auction|leftover|reservation
+    source: dict[str, GrantSource] = field(default_factory=dict)         # job -> auction|leftover|reservation
 
     @classmethod
     def start(cls, state: ClusterState, cfg: ArbiterConfig, cache: JobFactsCache | None = None) -> RoundState:
@@ -83,7 +83,7 @@ class RoundState:
     def now(self) -> float:
         return self.state.now
 
-    def award(self, app_id: str, gangs: list[Gang], source: str) -> None:
+    def award(self, app_id: str, gangs: list[Gang], source: GrantSource) -> None:
         """Give `gangs` (taken from the pool here) to `app_id`, each recorded with `source`."""
         if not gangs:
             return

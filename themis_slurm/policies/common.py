@@ -33,6 +33,7 @@ from themis_slurm.core.decision import (
     AppRecord,
     Decision,
     Grant,
+    GrantSource,
     LazyRecords,
     Outcome,
     Preemption,
@@ -159,7 +160,8 @@ class BaselineScratchpad:
             return None
         return got
 
-    def grant(self, job: Job, gpus: frozenset[int], expiry: float = INF, source: str = "policy") -> Grant:
+    def grant(self, job: Job, gpus: frozenset[int], expiry: float = INF,
+              source: GrantSource = GrantSource.POLICY) -> Grant:
         """Start `job` on `gpus` (taken from the pool)."""
         if self.is_active(job.id):
             raise ValueError(f"job {job.id} already holds GPUs")
@@ -392,7 +394,7 @@ def priority_fill(
     victims_for: Callable[[Job], Sequence[str]] | None = None,
     strict: bool = False,
     expiry: float = INF,
-    source: str = "policy",
+    source: GrantSource = GrantSource.POLICY,
     preempt_reason: Callable[[Job], str] | None = None,
 ) -> None:
     """Place waiting jobs in `ranked` order (running jobs in it are skipped).

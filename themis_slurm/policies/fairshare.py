@@ -179,7 +179,7 @@ class FairSharePolicy:
             if got is None:
                 pad.wait(job, f"does not fit (app holds {held[aid]:.0f} of its {share[aid]:.1f} GPU share)")
             else:
-                pad.grant(job, got, source="maxmin")
+                pad.grant(job, got)
                 held[aid] += len(got)
             if aid in live:
                 heapq.heappush(heap, (ratio(aid), aid))

@@ -30,7 +30,7 @@ class FifoPolicy:
         pad = BaselineScratchpad(ctx.state, self.name)
         arrival = {a.id: a.arrival for a in ctx.state.apps}
         order = sorted(pad.jobs.values(), key=lambda j: (arrival[j.app_id], j.app_id, j.submit, j.id))
-        priority_fill(pad, order, lambda j, p: pad.fit(j, pool=p), strict=True, source="fifo")
+        priority_fill(pad, order, lambda j, p: pad.fit(j, pool=p), strict=True)
         return pad.decision(order)
 
     def next_wakeup(self, now: float) -> float | None:

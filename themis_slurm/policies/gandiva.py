@@ -81,7 +81,7 @@ class GandivaPolicy:
             return rotatable
 
         priority_fill(
-            pad, order, placer, victims_for=victims, source="gandiva",
+            pad, order, placer, victims_for=victims,
             preempt_reason=lambda j: f"quantum over; suspended for job {j.id}",
         )  # fmt: skip
         for jid in pad.preempted:

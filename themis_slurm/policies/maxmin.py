@@ -97,7 +97,7 @@ class MaxMinPolicy:
 
         # off a boundary with no slice over, nobody can be suspended: no victim search (victims() is empty)
         priority_fill(pad, order, placer, victims_for=victims if at_boundary or rotatable else None,
-                      source="maxmin", preempt_reason=lambda j: f"lower time-share priority than job {j.id}")  # fmt: skip
+                      preempt_reason=lambda j: f"lower time-share priority than job {j.id}")  # fmt: skip
         oversubscribed = any(not pad.is_active(j.id) for j in pad.jobs.values())
         expiry = self.epochs.after(now) if oversubscribed else INF
         pad.set_expiry(expiry)

@@ -67,7 +67,7 @@ class OptimusPolicy:
 
         cost = {j.id: gpu_time(j) for j in pad.waiting()}
         order = sorted(pad.waiting(), key=lambda j: (cost[j.id], j.submit, j.id))
-        priority_fill(pad, order, lambda j, p: pad.fit(j, gpus=j.min_gpus, pool=p), source="optimus")
+        priority_fill(pad, order, lambda j, p: pad.fit(j, gpus=j.min_gpus, pool=p))
         if self.grow:
             grow_elastic(pad, lambda j, g, lvl: -self.completion_time(j, g, lvl))
         for j in order:

@@ -115,7 +115,7 @@ class SlaqPolicy:
 
         priority_fill(
             pad, order, lambda j, p: pad.fit(j, gpus=j.min_gpus, pool=p), victims_for=victims,
-            source="slaq", preempt_reason=lambda j: f"job {j.id} would reduce its loss more per GPU",
+            preempt_reason=lambda j: f"job {j.id} would reduce its loss more per GPU",
         )  # fmt: skip
         grow_elastic(pad, self.reduction)
         oversubscribed = any(not pad.is_active(j.id) for j in pad.jobs.values())

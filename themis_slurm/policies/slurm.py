@@ -26,7 +26,7 @@ association hierarchy, job-size or TRES factors; elastic jobs are rigid gangs of
 
 from __future__ import annotations
 
-from themis_slurm.core.decision import Decision
+from themis_slurm.core.decision import Decision, GrantSource
 from themis_slurm.core.placement import Pool
 from themis_slurm.core.workload import Job
 from themis_slurm.policies.base import PolicyContext
@@ -118,7 +118,7 @@ class SlurmPolicy:
             if shadow is None:
                 got = pad.fit(job)
                 if got is not None:
-                    pad.grant(job, got, source="priority")
+                    pad.grant(job, got)
                     continue
                 if not self.backfill:
                     pad.wait(job, "highest priority; does not fit")
@@ -153,7 +153,7 @@ class SlurmPolicy:
             if got is None:
                 pad.wait(job, delay)
                 continue
-            pad.grant(job, got, source="backfill")
+            pad.grant(job, got, source=GrantSource.BACKFILL)
             outside.take(got - reserved)
             pad.note(job.app_id, f"job {job.id} {how}")
         for a in ctx.state.apps:

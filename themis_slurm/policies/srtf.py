@@ -58,7 +58,6 @@ class SrtfPolicy:
             order,
             lambda j, p: pad.fit(j, pool=p),
             victims_for=victims if self.preempt else None,
-            source="srtf",
             preempt_reason=lambda j: f"job {j.id} has less remaining time",
         )
         return pad.decision(order)

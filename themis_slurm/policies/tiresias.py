@@ -126,7 +126,7 @@ class TiresiasPolicy:
             return out
 
         priority_fill(
-            pad, order, placer, victims_for=victims, source="tiresias",
+            pad, order, placer, victims_for=victims,
             preempt_reason=lambda j: f"lower queue than job {j.id} (queue {queue[j.id]})",
         )  # fmt: skip
         for jid in pad.preempted:

@@ -71,11 +71,12 @@ def test_every_baseline_records_its_outcome_as_data(name: str) -> None:
     """An app with work waiting (or started now) gets Outcome.POLICY, with its rank among the ranked apps;
     an app whose every job runs gets NOTHING_WAITING, as in a Themis round. Words come from reasons.py."""
     from themis_slurm import reasons
-    from themis_slurm.core.decision import Outcome
+    from themis_slurm.core.decision import GrantSource, Outcome
 
     s = state(TOPO, [app("A", [job("a1", "A"), job("a2", "A")]), app("B", [job("b1", "B", 2)]),
                      app("C", [job("c1", "C")])], running={"a1": {0}, "c1": {1}})  # fmt: skip
     d = make_policy(name).schedule(ctx(s))
+    assert d.grants and all(g.source in (GrantSource.POLICY, GrantSource.BACKFILL) for g in d.grants)
     assert d.apps["C"].outcome is Outcome.NOTHING_WAITING and d.apps["C"].rank is None
     for aid in ("A", "B"):
         rec = d.apps[aid]

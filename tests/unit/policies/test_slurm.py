@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from themis_slurm.core.decision import GrantSource
 from themis_slurm.core.topology import Topology
 from themis_slurm.policies import SlurmPolicy
 
@@ -40,6 +41,7 @@ def test_backfill_may_use_gpus_outside_the_reservation() -> None:
     check(s, d)
     assert granted(d) == {"long"}
     assert dict(d.grants[0].nodes) == {"node2": 2}
+    assert d.grants[0].source is GrantSource.BACKFILL  # started out of priority order: typed, not a label
     assert "avoids the reserved GPUs" in d.apps["c"].note
 
 
