@@ -320,7 +320,9 @@ class Daemon:
         latency = self.perf() - t0
         self._last_signature = inp.signature
         mode = cfg.mode
-        in_place = instead_of_migrations(decision, rows) if mode == "enforce" else {}
+        in_place = {}
+        if mode == "enforce" and any(g.migrated for g in decision.grants):  # the round's jobs, for their kind
+            in_place = instead_of_migrations(decision, rows, {j.id: j for a in inp.state.apps for j in a.jobs})
         new_rows = intents_after(decision, rows, cfg, now, in_place)
         knob = cfg.scheduler.fairness_knob
         standing = [r.rho_before for r in decision.apps.values() if math.isfinite(r.rho_before)]

@@ -33,7 +33,7 @@ from themis_slurm.core.fairness import FairnessModel, app_throughput
 from themis_slurm.core.placement import get_profile
 from themis_slurm.core.state import ClusterState
 from themis_slurm.core.topology import Topology
-from themis_slurm.core.workload import App, Lease
+from themis_slurm.core.workload import App, Job, Lease
 from themis_slurm.daemon.config import Config
 from themis_slurm.daemon.estimates import (
     checked_progress,
@@ -250,26 +250,28 @@ class InPlace:
     instead_of: str   # X, the lease holder the round moved onto Y's GPUs (preempted now, as every migration)
 
 
-def instead_of_migrations(decision: Decision, rows: Mapping[str, JobRow]) -> dict[str, InPlace]:
-    """Migrations onto the home of a preempted job of the same app and size become that job's renewal.
+def instead_of_migrations(decision: Decision, rows: Mapping[str, JobRow], jobs: Mapping[str, Job]) -> dict[str, InPlace]:
+    """Migrations onto the home of a preempted job of the same app and kind become that job's renewal.
 
     The daemon does not migrate: a migration (a lease holder X moved to other GPUs) is a preemption of X
     now and a grant in a later round. When the round moves X exactly onto the GPUs of a holder Y of the
     same app that it preempts, renewing Y in place gives the app the same GPUs with one preemption instead
     of two. This is the daemon-only case the core's keep-in-place phase (core.keep_in_place) does not
     cover: the core swaps a *waiting* job X landing on Y's home, but leaves a *moving holder* X alone,
-    since in the core a migration is one atomic move. Returns {Y: InPlace}.
+    since in the core a migration is one atomic move. "The same kind" is the core's (:attr:`Job.kind`: shape
+    and profile, so the same throughput there), read from the round's `jobs`. Returns {Y: InPlace}.
     """
     granted = {g.job_id for g in decision.grants}
     homes = {p.job_id: p.gpus for p in decision.preemptions if p.job_id not in granted}
     out: dict[str, InPlace] = {}
     for g in decision.grants:
-        if not g.migrated:
+        x = jobs.get(g.job_id)
+        if not g.migrated or x is None:
             continue
         for y, home in homes.items():
-            row = rows.get(y)
+            row, yj = rows.get(y), jobs.get(y)
             if (y not in out and home == g.gpus and row is not None and row.intent == "running"
-                    and row.app_key == g.app_id and row.gpus == len(g.gpus)):
+                    and yj is not None and yj.app_id == x.app_id and yj.kind == x.kind):
                 renewal = Renewal(job_id=y, app_id=g.app_id, gpus=g.gpus, lease_expiry=g.lease_expiry,
                                   cause=RenewalCause.IN_PLACE)
                 out[y] = InPlace(renewal, g.job_id)
@@ -278,9 +280,9 @@ def instead_of_migrations(decision: Decision, rows: Mapping[str, JobRow]) -> dic
 
 
 def intents_after(decision: Decision, rows: Mapping[str, JobRow], cfg: Config, now: float,
-                  in_place: Mapping[str, InPlace] | None = None) -> dict[str, JobRow]:
+                  in_place: Mapping[str, InPlace]) -> dict[str, JobRow]:
     """The rows a decision changes; `in_place`: the enforce-mode :func:`instead_of_migrations` (computed
-    once by the caller). Observe mode only moves leases forward (rounds at lease pace)."""
+    once by the caller; empty in observe mode). Observe mode only moves leases forward (rounds at lease pace)."""
     out: dict[str, JobRow] = {}
     lease_s = cfg.scheduler.lease_s
     if cfg.mode != "enforce":
@@ -291,7 +293,6 @@ def intents_after(decision: Decision, rows: Mapping[str, JobRow], cfg: Config, n
             if p.job_id in rows and rows[p.job_id].intent == "running":
                 out[p.job_id] = replace(rows[p.job_id], lease_start=now, lease_expiry=now + lease_s)
         return out
-    in_place = in_place if in_place is not None else instead_of_migrations(decision, rows)
     preempted = {p.job_id for p in decision.preemptions} - set(in_place)
     for p in decision.preemptions:
         row = rows.get(p.job_id)

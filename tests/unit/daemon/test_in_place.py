@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from themis_slurm.core.decision import Decision, Grant, Preemption, PreemptionCause, RenewalCause
+from themis_slurm.core.workload import Job
 from themis_slurm.daemon.config import Config
 from themis_slurm.daemon.planning import instead_of_migrations, intents_after
 from themis_slurm.daemon.store import JobRow
@@ -19,7 +22,8 @@ def test_a_moved_holder_landing_on_a_lost_holders_gpus_renews_that_holder() -> N
                  preemptions=(Preemption("1", "alice/a", x_home, cause=PreemptionCause.MOVED),
                               Preemption("2", "alice/a", y_home, cause=PreemptionCause.LOST)))
     rows = {"1": _row("1"), "2": _row("2")}
-    got = instead_of_migrations(d, rows)
+    jobs = {j: Job(j, "alice/a", 2, 3600.0, profile="vgg16") for j in ("1", "2")}
+    got = instead_of_migrations(d, rows, jobs)
     assert set(got) == {"2"}
     ip = got["2"]
     assert (ip.renewal.cause, ip.renewal.gpus, ip.renewal.lease_expiry, ip.instead_of) == \
@@ -27,5 +31,9 @@ def test_a_moved_holder_landing_on_a_lost_holders_gpus_renews_that_holder() -> N
     new = intents_after(d, rows, Config(), 10.0, got)
     assert new["1"].intent == "warning"  # the daemon does not migrate: X is preempted now
     assert (new["2"].intent, new["2"].lease_start, new["2"].lease_expiry) == ("running", 10.0, 610.0)
-    # another app's job, or a different size, is not a stand-in
-    assert instead_of_migrations(d, {"1": _row("1"), "2": JobRow("2", 2, "bob/b", "running", 2, 1.0, 0.0)}) == {}
+    # another app's job, or another kind (size or profile: Job.kind, as in the core's keep-in-place), is not
+    # a stand-in; nor is a job the round did not see
+    assert instead_of_migrations(d, rows, {**jobs, "2": Job("2", "bob/b", 2, 3600.0, profile="vgg16")}) == {}
+    assert instead_of_migrations(d, rows, {**jobs, "2": replace(jobs["2"], profile="resnet50")}) == {}
+    assert instead_of_migrations(d, rows, {**jobs, "2": Job("2", "alice/a", 1, 3600.0, profile="vgg16")}) == {}
+    assert instead_of_migrations(d, rows, {"1": jobs["1"]}) == {}
