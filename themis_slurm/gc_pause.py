@@ -11,7 +11,8 @@ depend on the collector); what is left for the collector (reference cycles, if a
 pass after the round, which then sees only the few young objects that survived.
 
 Used by the callers of a policy, never by the pure core: themisd's cycle (daemon/loop.py) and the
-simulator's policy call (sim/engine.py). Nested use is harmless, and a caller that has switched the
+simulator, for a whole run (sim/engine.py: its own objects die by reference counting too, and a full
+collection runs every so many calls). Nested use is harmless, and a caller that has switched the
 collector off itself keeps it off.
 """
 

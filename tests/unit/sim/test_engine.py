@@ -269,3 +269,24 @@ def test_policy_must_declare_whether_it_only_grants_free_or_expired():
 
     with pytest.raises(TypeError, match="grants_only_free_or_expired"):
         Simulator([TraceJob("j", "A", "u", 0.0, 1, 10.0)], Topology.uniform(1, 1, 1), Undeclared())
+
+
+def test_a_run_pauses_the_collector_and_collects_every_so_many_calls(monkeypatch):
+    """The cyclic collector is off for the whole run (policy calls and the simulator's own work), back on
+    afterwards; a full collection still runs every _COLLECT_EVERY_CALLS calls (here every 3)."""
+    import gc
+
+    from themis_slurm.sim import engine
+
+    monkeypatch.setattr(engine, "_COLLECT_EVERY_CALLS", 3)
+    collected, seen = [], []
+    monkeypatch.setattr(engine.gc, "collect", lambda *a: collected.append(1) or 0)
+
+    def observe(sim: Simulator, decision: Decision) -> None:
+        seen.append(gc.isenabled())
+
+    assert gc.isenabled()
+    sim = Simulator(small_trace(), TOPO16, FifoFirstFit(), SimConfig(), observer=observe)
+    res = sim.run()
+    assert gc.isenabled() and seen and not any(seen)
+    assert res.policy_calls >= 3 and len(collected) == res.policy_calls // 3
