@@ -138,16 +138,16 @@ class FairnessModel:
             t_jobs = 0.0
         keep = cache.across_rounds
         if start < len(jobs):
-            get = cache.get
+            numbers = cache.numbers
             for j in jobs[start:]:
-                f = get(j)
-                remaining += f.remaining
-                if f.rem_per_gpu > rem_path:
-                    rem_path = f.rem_per_gpu
+                j_rem, j_rem_per_gpu, j_work_factor, j_run_s = numbers(j)
+                remaining += j_rem
+                if j_rem_per_gpu > rem_path:
+                    rem_path = j_rem_per_gpu
                 work += j.work
-                work_factor += f.work_factor
+                work_factor += j_work_factor
                 gpus += j.gpus
-                end = (j.submit - arrival if j.submit > arrival else 0.0) + f.run_s
+                end = (j.submit - arrival if j.submit > arrival else 0.0) + j_run_s
                 if end > t_jobs:
                     t_jobs = end
                 if keep:

@@ -23,6 +23,13 @@ _PRUNE_SLACK = 1024
 _MAX_ENTRIES = 200_000
 
 
+def job_sums(job: Job, factor: float) -> tuple[float, float, float, float]:
+    """What T_id and rho sum over a job at best placement factor `factor`: (remaining work, remaining work
+    per GPU, work x factor, run time on its own gang at that placement). The one place these are computed."""
+    remaining = job.remaining
+    return remaining, remaining / job.gpus, job.work * factor, job.work / (job.gpus * factor)
+
+
 class JobFacts:
     """What the round needs of one job; see the module docstring."""
 
@@ -31,15 +38,12 @@ class JobFacts:
 
     def __init__(self, job: Job, factor: float) -> None:
         self.job = job  # kept so that its id is not reused while the entry lives
-        self.remaining = remaining = job.remaining
-        self.rem_per_gpu = rem_per_gpu = remaining / job.gpus
         self.factor = factor  # best placement factor the hardware allows for the job's shape
-        self.work_factor = job.work * factor
-        self.run_s = job.work / (job.gpus * factor)  # its run time on its own gang at that placement
+        self.remaining, self.rem_per_gpu, self.work_factor, self.run_s = job_sums(job, factor)
         self.kind = job.kind
         self.profile: Profile = get_profile(job.profile)
         #: the agent's bidding order after lease holders: longest remaining run first, then submit, then id
-        self.order = (-rem_per_gpu, job.submit, job.id)
+        self.order = (-self.rem_per_gpu, job.submit, job.id)
 
 
 class JobFactsCache:
@@ -97,6 +101,16 @@ class JobFactsCache:
             level = self._topology.level_of(gpus)
             cached = self._throughputs[key] = throughput(len(gpus), level, get_profile(job.profile))
         return cached
+
+    def numbers(self, job: Job) -> tuple[float, float, float, float]:
+        """:func:`job_sums` of `job`: from its JobFacts when kept, else computed and *not* kept. FairnessModel
+        .facts reads every job this way: a running job is a new snapshot at every round, so keeping its
+        facts only filled the cache (and brought its reset sooner); the agents' :meth:`get` keeps the
+        waiting jobs'."""
+        hit = self._facts.get(id(job))
+        if hit is not None and hit.job is job:
+            return hit.remaining, hit.rem_per_gpu, hit.work_factor, hit.run_s
+        return job_sums(job, self.best_factor(job))
 
     def get(self, job: Job) -> JobFacts:
         hit = self._facts.get(id(job))
