@@ -52,7 +52,7 @@ import gc
 import heapq
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from themis_slurm.core.arbiter import ArbiterConfig
@@ -259,6 +259,33 @@ class _A:
 
 
 Observer = Callable[["Simulator", Decision], None]
+
+
+class _PresentJobs(Mapping[str, Job]):
+    """The jobs of one call's state by id (what the decision check looks up), without a dictionary of every
+    job built at every call: a waiting job is its kept snapshot (the very object in the state), a running
+    job this call's snapshot. Valid until the decision is applied (the policy changes nothing)."""
+
+    __slots__ = ("_jobs", "_running")
+
+    def __init__(self, jobs: Mapping[str, _J], running: Mapping[str, Job]) -> None:
+        self._jobs, self._running = jobs, running
+
+    def __getitem__(self, jid: str) -> Job:
+        snap = self._running.get(jid)
+        if snap is not None:
+            return snap
+        j = self._jobs.get(jid)
+        if j is None or j.state != _WAITING or j.snap is None:
+            raise KeyError(jid)
+        return j.snap
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._running
+        yield from (jid for jid, j in self._jobs.items() if j.state == _WAITING and j.snap is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 class Simulator:
@@ -607,9 +634,10 @@ class Simulator:
             j.snap = snap
         return snap
 
-    def _state(self, t: float) -> tuple[ClusterState, dict[str, Job]]:
-        """The policy's view. The hot loop of the simulator: waiting jobs reuse their cached snapshot."""
-        jobs: dict[str, Job] = {}
+    def _state(self, t: float) -> tuple[ClusterState, Mapping[str, Job]]:
+        """The policy's view, and its jobs by id for the decision's check. The hot loop of the simulator:
+        waiting jobs reuse their cached snapshot, and are not put in a dictionary (_PresentJobs)."""
+        running: dict[str, Job] = {}
         apps: list[App] = []
         n_now = max(1, len(self._active))
         snapshot = self._snapshot
@@ -624,15 +652,16 @@ class Simulator:
                 )
                 a.runners = tuple(j for j in a.present.values() if j.state == _RUNNING) if a.running else ()
             if a.running:
-                snaps += tuple(snapshot(j, t) for j in a.runners)
-            for s in snaps:
-                jobs[s.id] = s
+                now_running = tuple(snapshot(j, t) for j in a.runners)
+                for s in now_running:
+                    running[s.id] = s
+                snaps += now_running
             contention = (self._cint - a.cint0) / (t - a.arrival) if t > a.arrival else n_now
             apps.append(App(a.id, a.owner, a.arrival, snaps, contention, a.finished_work, a.peak,
                             a.finished_path))
         leases = tuple(j.lease for j in self._running.values() if j.lease is not None)
         state = ClusterState(self.topo, t, frozenset(self._free), leases, tuple(apps), self.topo.size)
-        return state, jobs
+        return state, _PresentJobs(self._jobs, running)
 
     def _call(self, t: float, reasons: set[str]) -> Decision:
         state, jobs = self._state(t)
