@@ -8,7 +8,7 @@ import math
 import pytest
 
 from themis_slurm.core.arbiter import ArbiterConfig
-from themis_slurm.core.decision import Decision, Grant
+from themis_slurm.core.decision import Decision, Grant, GrantSource
 from themis_slurm.core.placement import Pool, get_profile
 from themis_slurm.core.topology import Topology
 from themis_slurm.policies.base import PolicyContext, ThemisPolicy
@@ -207,6 +207,13 @@ def _unknown(ctx, d):
     return dataclasses.replace(d, grants=(Grant("nope", "A", frozenset({0}), {}, "", math.inf, "x"),)) if d.grants else d
 
 
+def _future(ctx, d):  # j7 arrives at t=4: at t=0 it is not waiting yet
+    if ctx.state.now > 0 or not ctx.state.free:
+        return d
+    return dataclasses.replace(d, grants=(Grant("j7", "A1", frozenset({min(ctx.state.free)}), {}, "", math.inf,
+                                                GrantSource.POLICY),))
+
+
 def _running(ctx, d):
     if not ctx.state.leases or not ctx.state.free:
         return d
@@ -221,6 +228,7 @@ def _running(ctx, d):
         (_not_free, "not free"),
         (_partial, "gangs are whole"),
         (_unknown, "not waiting"),
+        (_future, "not waiting"),
         (_running, "which is running"),
     ],
 )
