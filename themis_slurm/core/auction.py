@@ -93,8 +93,7 @@ def greedy_fill(
     placed only when it reaches the top, against the pool as it is then; if the placement is worth less
     than the bound, it goes back with its exact priority. So a gang is placed about once, not once per
     app that took GPUs since it was queued. A kind's placement is reused while all its GPUs stay free, and
-    its priorities while the app's throughput is unchanged. With "rho" an app without homes places only
-    its first kind that fits: all its gangs are worth the same there, and ties go to the first kind.
+    its priorities while the app's throughput is unchanged.
     """
     if by not in ("density", "gain", "rho"):
         raise ValueError(f"by must be density, gain or rho, got {by!r}")
@@ -144,9 +143,6 @@ def greedy_fill(
         best_o = None
         best_q = -1
         cache = st.cache
-        # water-filling an app without homes: every gang's priority is its rho now times start_keep, and
-        # ties go to the first kind, so the first kind that fits wins (later ones are not placed)
-        first_fits = worst_first and not ag.homes
         for qi, q in enumerate(st.queues):
             if not q:
                 continue
@@ -176,8 +172,6 @@ def greedy_fill(
                 prio = log_now + off
                 if best_o is None or prio > best_p + 1e-12:
                     best_p, best_o, best_q = prio, hit[1][0], qi
-                if first_fits:
-                    break
                 continue
             offers = hit[1]
             if hit[3] != x:

@@ -200,38 +200,6 @@ def test_greedy_fill_order_of_agents_does_not_matter_when_rho_differs() -> None:
     assert {aid: len(gs) for aid, gs in got.items()} == {"X": 2, "Y": 1}
 
 
-def test_greedy_fill_by_rho_places_only_the_kind_it_hands_out() -> None:
-    """Water-filling an app without homes: all its gangs are worth its rho now (times start_keep), ties go
-    to its first kind, so only that kind is placed. An app with a 1-, a 2- and a 4-GPU job on two 4-GPU
-    nodes (LPT order: the 4-GPU job, the longest per GPU, first) gets the three gangs in that order with one
-    placement each (placing every kind at each step would place the 2- and 1-GPU jobs twice). A kind that
-    does not fit is dropped when it is reached: with 3 GPUs free, the 4-GPU job."""
-    topo = Topology.uniform(1, 2, 4)
-    model = FairnessModel(topo, 8)
-    jobs = tuple(Job(f"z{g}", "Z", g, 3600.0 * g * g, profile="none") for g in (1, 2, 4))
-    agent = Agent(App("Z", "u", 0.0, jobs), model, 3600.0, 0.0, jobs)
-    assert [j.gpus for j in agent.jobs] == [4, 2, 1]
-    pool = Pool(topo, range(8))
-    calls: list[int] = []
-    best = pool.best
-
-    def counted(gpus: int):
-        calls.append(gpus)
-        return best(gpus)
-
-    pool.best = counted  # type: ignore[method-assign]
-    got = greedy_fill([agent], pool, by="rho")
-    assert [len(g.gpus) for g in got["Z"]] == [4, 2, 1]
-    assert calls == [4, 2, 1]
-    pool = Pool(topo, [0, 4, 5])
-    best = pool.best
-    calls.clear()
-    pool.best = counted  # type: ignore[method-assign]
-    got = greedy_fill([agent], pool, by="rho")
-    assert [len(g.gpus) for g in got["Z"]] == [2, 1]
-    assert calls == [4, 2, 1]
-
-
 def test_greedy_fill_rejects_an_unknown_order() -> None:
     ax, ay = _water_fill_agents()
     with pytest.raises(ValueError, match="by must be density, gain or rho, got 'bogus'"):
