@@ -70,6 +70,9 @@ PROFILES: Mapping[str, Profile] = {
 DEFAULT_PROFILE = "low"
 
 
+_UNPLACED = object()  # Pool.best's memo miss (None is a memoised "does not fit")
+
+
 def get_profile(name: str | None) -> Profile:
     """Profile by model or class name; None gives the default class. Unknown names raise with the list."""
     found = PROFILES.get(name)  # type: ignore[arg-type]  # names are usually lower case already
@@ -314,11 +317,11 @@ class Pool:
         """:meth:`place` for a gang of `gpus` GPUs with no shape and no `within` (memoised per pool state)."""
         if gpus <= 0 or gpus > self.size:
             return None
-        try:
-            return self._memo[gpus]
-        except KeyError:
-            found = self._memo[gpus] = self._place_plain(gpus)
-            return found
+        memo = self._memo
+        found = memo.get(gpus, _UNPLACED)  # a miss is the common case in a fill (every take clears the memo)
+        if found is _UNPLACED:
+            found = memo[gpus] = self._place_plain(gpus)
+        return found
 
     def _place_plain(self, gpus: int) -> tuple[frozenset[int], Level]:
         """Tightest placement of an unshaped gang of `gpus` <= size GPUs (steps 1 to 4 of best fit)."""
