@@ -88,12 +88,12 @@ class TiresiasPolicy:
         """Promote waiting jobs that waited long enough to queue 0 (updates `queue` in place)."""
         if self.promote_knob <= 0:
             return
-        running = pad.running
+        running, since = pad.running, self._clock.since_of()
         for jid, job in pad.jobs.items():  # pad.waiting()'s order, without building it
             if job.service <= 0 or jid in running or queue[jid] == 0:
                 continue
             executed = job.service / job.gpus
-            waited = pad.now - self._clock.since(job.id)
+            waited = pad.now - since[jid]
             if waited >= self.promote_knob * executed - 1e-6:
                 self._base[job.id] = job.service
                 queue[job.id] = 0
@@ -157,10 +157,12 @@ class TiresiasPolicy:
             if q < len(self.thresholds):
                 t = min(t, pad.now + (self.thresholds[q] - self._service(pad.jobs[g.job_id])) / len(g.gpus))
         if self.promote_knob > 0:
-            since, knob = self._clock.since, self.promote_knob
+            since, knob = self._clock.since_of(), self.promote_knob
             for jid, job in pad.jobs.items():  # waiting jobs that ran before (only those can be promoted)
                 if job.service > 0 and queue[jid] > 0 and jid not in granted and jid not in kept:
-                    t = min(t, since(jid) + knob * (job.service / job.gpus))
+                    at = since[jid] + knob * (job.service / job.gpus)
+                    if at < t:
+                        t = at
         if not math.isfinite(t):
             return None
         return max(t, pad.now + 1e-6)
