@@ -28,6 +28,7 @@ from themis_slurm.daemon.config import Config
 from themis_slurm.daemon.estimates import done_and_work, submitted
 from themis_slurm.daemon.metrics import Metrics
 from themis_slurm.daemon.planning import (
+    InPlace,
     RoundInput,
     account,
     advance_apps,
@@ -320,7 +321,7 @@ class Daemon:
         latency = self.perf() - t0
         self._last_signature = inp.signature
         mode = cfg.mode
-        in_place = {}
+        in_place: dict[str, InPlace] = {}
         if mode == "enforce" and any(g.migrated for g in decision.grants):  # the round's jobs, for their kind
             in_place = instead_of_migrations(decision, rows, {j.id: j for a in inp.state.apps for j in a.jobs})
         new_rows = intents_after(decision, rows, cfg, now, in_place)
