@@ -83,7 +83,7 @@ def app_record(rec: AppRecord, fairness_knob: float | None = None) -> str:
 
 def grant(source: GrantSource | str, app_text: str) -> str:
     """Why a job was started: its grant's source (auction, leftover, reservation) and its app's outcome."""
-    return f"{GrantSource(source)}: {app_text}"
+    return f"{source}: {app_text}"  # a stored row's text as it is (an old row may hold any word)
 
 
 def renewal_cause(cause: RenewalCause | str, cut_s: float | None = None, instead_of: str | None = None) -> str:

@@ -547,11 +547,8 @@ class WaitClock:
     def requeue(self, jid: str, now: float) -> None:
         self._stamp(jid, now)
 
-    def since(self, jid: str) -> float:
-        return self._since[jid]
-
     def since_of(self) -> Mapping[str, float]:
-        """Every waiting job's :meth:`since`, read-only, for a loop over thousands of jobs."""
+        """When each waiting job joined the queue, read-only (read in loops over thousands of jobs)."""
         return MappingProxyType(self._since)
 
     def key(self, jid: str) -> tuple[float, int]:
