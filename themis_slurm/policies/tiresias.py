@@ -71,44 +71,50 @@ class TiresiasPolicy:
         """0 is the highest-priority queue."""
         return bisect.bisect_right(self.thresholds, self._service(job))
 
-    def _queues(self, jobs: dict[str, Job]) -> dict[str, int]:
-        """:meth:`queue_of` of every job, once per call (promotion then updates it in place); inlined, as
-        this runs over every unfinished job at every call."""
-        th, right = self.thresholds, bisect.bisect_right
-        # attained service is never negative, and a job with none is in queue 0 (thresholds are positive):
-        # most of a long queue never ran, so no bisection for them
-        out = {jid: right(th, j.service) if j.service > 0 else 0 for jid, j in jobs.items()}
-        for jid, b in self._base.items():  # promoted jobs rank by the service since their promotion
-            job = jobs.get(jid)
-            if job is not None:
-                out[jid] = right(th, max(0.0, job.service - b))
-        return out
+    def _rank(self, pad: BaselineScratchpad) -> tuple[dict[str, int], list, list[tuple[float, str]]]:
+        """Every job's queue, with waiting jobs promoted that waited long enough; the sort keys of the
+        queue order; and when each waiting job still outside queue 0 would be promoted.
 
-    def _promote(self, pad: BaselineScratchpad, queue: dict[str, int]) -> None:
-        """Promote waiting jobs that waited long enough to queue 0 (updates `queue` in place)."""
-        if self.promote_knob <= 0:
-            return
-        running, since = pad.running, self._clock.since_of()
-        for jid, job in pad.jobs.items():  # pad.waiting()'s order, without building it
-            if job.service <= 0 or jid in running or queue[jid] == 0:
-                continue
-            executed = job.service / job.gpus
-            waited = pad.now - since[jid]
-            if waited >= self.promote_knob * executed - 1e-6:
-                self._base[job.id] = job.service
-                queue[job.id] = 0
-                pad.note(job.app_id, f"job {job.id} promoted to queue 0 (waited {waited:.0f}s)")
+        One pass over every unfinished job at every call (this was four: queues, promotions, sort keys and
+        the promotion instants :meth:`_next_event` needs), with :meth:`queue_of` and the promotion rule
+        inlined. A job that never ran is in queue 0 (thresholds are positive, attained service is never
+        negative) and cannot be promoted: most of a long queue, so no bisection and no clock for them.
+        """
+        th, right, now = self.thresholds, bisect.bisect_right, pad.now
+        base, running = self._base, pad.running
+        knob = self.promote_knob
+        since = self._clock.since_of()
+        queue: dict[str, int] = {}
+        keys: list = []  # (queue, submit, id, job): ids are unique, so the jobs themselves are never compared
+        promote_at: list[tuple[float, str]] = []
+        for jid, job in pad.jobs.items():  # pad.waiting()'s order for the promotion notes, without building it
+            service = job.service
+            if service <= 0:
+                q = 0
+            else:
+                b = base.get(jid)  # promoted jobs rank by the service since their promotion
+                q = right(th, service if b is None else max(0.0, service - b))
+                if q and knob > 0 and jid not in running:
+                    executed = service / job.gpus
+                    waited = now - since[jid]
+                    if waited >= knob * executed - 1e-6:
+                        base[jid] = service
+                        q = 0
+                        pad.note(job.app_id, f"job {jid} promoted to queue 0 (waited {waited:.0f}s)")
+                    else:
+                        promote_at.append((since[jid] + knob * executed, jid))
+            queue[jid] = q
+            keys.append((q, job.submit, jid, job))
+        return queue, keys, promote_at
 
     # ----------------------------------------------------------------- schedule
     def schedule(self, ctx: PolicyContext) -> Decision:
         pad = BaselineScratchpad(ctx.state, self.name)
         self._clock.sync(pad)
         self._base = {jid: b for jid, b in self._base.items() if jid in pad.jobs}
-        queue = self._queues(pad.jobs)
-        self._promote(pad, queue)
-
-        # by (queue, submit, id): ids are unique, so the jobs themselves are never compared
-        order = [t[3] for t in sorted([(queue[jid], j.submit, jid, j) for jid, j in pad.jobs.items()])]
+        queue, keys, promote_at = self._rank(pad)
+        keys.sort()
+        order = [t[3] for t in keys]  # by (queue, submit, id)
 
         def placer(job: Job, pool) -> frozenset[int] | None:
             return pad.fit(job, pool=pool, consolidate=self.consolidate and profile_sensitive(job))
@@ -139,28 +145,37 @@ class TiresiasPolicy:
             j = pad.reported_waiting(app)
             if j is not None and j.id not in pad.running:
                 why[j.id] = f"queue {queue[j.id]}: {why[j.id]}"
-        self._wake = self._next_event(pad, queue)
+        self._wake = self._next_event(pad, queue, promote_at)
         return pad.decision(order)
 
-    def _next_event(self, pad: BaselineScratchpad, queue: dict[str, int]) -> float | None:
-        """Earliest future queue crossing of a kept running job or promotion of a waiting one."""
+    def _next_event(self, pad: BaselineScratchpad, queue: dict[str, int], promote_at: list[tuple[float, str]]
+                    ) -> float | None:
+        """Earliest future queue crossing of a kept running job or promotion of a waiting one.
+
+        `promote_at` is when each job waiting at the start of the call, and not promoted, would be (from
+        :meth:`_rank`); jobs granted in this call drop out, and jobs preempted in it join (their clock
+        restarted now)."""
         granted, kept = pad.granted, pad.holding()
         if len(pad.jobs) == len(granted.keys() | kept.keys()):  # every job holds GPUs: nobody waits
             return None
         t = INF
-        for jid, lease in pad.holding().items():
+        for jid, lease in kept.items():
             q = queue[jid]
             if q < len(self.thresholds):
                 t = min(t, pad.now + (self.thresholds[q] - self._service(pad.jobs[jid])) / len(lease.gpus))
-        for g in pad.granted.values():
+        for g in granted.values():
             q = queue[g.job_id]
             if q < len(self.thresholds):
                 t = min(t, pad.now + (self.thresholds[q] - self._service(pad.jobs[g.job_id])) / len(g.gpus))
         if self.promote_knob > 0:
-            since, knob = self._clock.since_of(), self.promote_knob
-            for jid, job in pad.jobs.items():  # waiting jobs that ran before (only those can be promoted)
-                if job.service > 0 and queue[jid] > 0 and jid not in granted and jid not in kept:
-                    at = since[jid] + knob * (job.service / job.gpus)
+            for at, jid in promote_at:  # waiting jobs that ran before (only those can be promoted)
+                if at < t and jid not in granted:
+                    t = at
+            since = self._clock.since_of()
+            for jid in pad.preempted:
+                job = pad.jobs[jid]
+                if jid not in granted and queue[jid] > 0 and job.service > 0:
+                    at = since[jid] + self.promote_knob * (job.service / job.gpus)
                     if at < t:
                         t = at
         if not math.isfinite(t):
