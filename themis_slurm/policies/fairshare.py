@@ -152,12 +152,35 @@ class FairSharePolicy:
         # they end in the app id), so each pop is min(live, key=ratio) in O(log apps)
         heap = [(ratio(aid), aid) for aid in live]
         heapq.heapify(heap)
+        pool = pad.pool
         while heap:
             key, aid = heapq.heappop(heap)
             if aid not in live or key != ratio(aid):
                 continue
-            job = queues[aid].popleft()
-            if not queues[aid]:
+            queue = queues[aid]
+            job = queue.popleft()
+            # A job that cannot start changes nothing: no GPU moves, no ratio changes, so the same app is
+            # popped next again. While the app's jobs cannot start (fewer GPUs free than the gang, and no
+            # preemption to try), they are taken here in the order the heap would give, with the app's
+            # one reason: a contended queue of thousands costs no heap operation or placement try per job.
+            if pool.size < job.gpus:
+                reason = None
+                while pool.size < job.gpus and not (
+                    held[aid] + job.gpus <= share[aid] + _TOL and job.gpus < failed_size.get(aid, math.inf)
+                ):
+                    if reason is None:
+                        reason = f"does not fit (app holds {held[aid]:.0f} of its {share[aid]:.1f} GPU share)"
+                    order.append(job)
+                    pad.wait(job, reason)
+                    if not queue:
+                        break
+                    job = queue.popleft()
+                else:  # this job may start, or may preempt: the full procedure below
+                    reason = None
+                if reason is not None:  # the app's queue ran out while its jobs waited
+                    live.discard(aid)
+                    continue
+            if not queue:
                 live.discard(aid)
             order.append(job)
             got = pad.fit(job)
