@@ -55,7 +55,7 @@ class GandivaPolicy:
         now = pad.now
         self._clock.sync(pad)
         rotatable = self.epochs.rotatable(pad)
-        waiting = sorted(pad.waiting(), key=lambda j: self._clock.key(j.id))
+        waiting = self._clock.in_queue_order(pad.waiting())
         order = waiting + [pad.jobs[jid] for jid in rotatable]
 
         # affinity: nodes already running jobs of each GPU count
