@@ -54,13 +54,24 @@ def rank_by_rho(rs: RoundState) -> None:
     held, jobs = rs.held, rs.jobs
     throughput_on = rs.model.job_facts.throughput_on  # type: ignore[union-attr]
     kept: dict[str, float] = {}  # app -> throughput of the leases it keeps, summed in lease order
+    n_held: dict[str, int] = {}  # app -> how many of its jobs keep their leases
     for jid, lease in held.items():
         job = jobs[jid]
-        kept[job.app_id] = kept.get(job.app_id, 0.0) + throughput_on(job, lease.gpus)
+        aid = job.app_id
+        kept[aid] = kept.get(aid, 0.0) + throughput_on(job, lease.gpus)
+        n_held[aid] = n_held.get(aid, 0) + 1
     homing = {jobs[jid].app_id for jid in rs.homes}
     for app in rs.state.apps:
         base = kept.get(app.id, 0.0)
-        waiting = [j for j in app.jobs if j.id not in held] if app.id in kept else list(app.jobs)
+        k = n_held.get(app.id, 0)
+        app_jobs = app.jobs
+        if not k:
+            waiting = list(app_jobs)
+        elif all(j.id in held for j in app_jobs[-k:]):
+            # its k lease holders are its last k jobs (as the simulator lists them): the rest is a slice
+            waiting = list(app_jobs[:-k])
+        else:
+            waiting = [j for j in app_jobs if j.id not in held]
         if waiting:
             homes = {j.id: rs.homes[j.id] for j in waiting if j.id in rs.homes} if app.id in homing else {}
             ag = rs.agents[app.id] = Agent(app, rs.model, rs.now, base, waiting, homes, rs.restart_discount)
