@@ -13,6 +13,7 @@ from themis_slurm.core.decision import (
     Grant,
     GrantSource,
     KeptBy,
+    LazyRecords,
     Outcome,
     Preemption,
     PreemptionCause,
@@ -33,7 +34,9 @@ def record(rs: RoundState) -> Decision:
         grants=tuple(grants),
         renewals=tuple(rs.renewals),
         preemptions=tuple(preemptions),
-        apps={app.id: _app_record(rs, app.id, rank_of, bid_ids) for app in rs.state.apps},
+        # built when first read (the simulator applies a decision without reading them): nothing they read
+        # changes once the round is over (an agent's numbers are fixed when it is made)
+        apps=LazyRecords(lambda: {app.id: _app_record(rs, app.id, rank_of, bid_ids) for app in rs.state.apps}),
         solver=rs.x_star.solver,
         objective=rs.x_star.objective,
         offered_gpus=rs.offered,
