@@ -119,9 +119,18 @@ class FairnessModel:
         start = 0
         runs: list[tuple] = []
         if seen is not None and seen[1] == arrival:
-            prev, runs = seen[0], seen[2]
+            prev, runs, last = seen[0], seen[2], seen[3]
             if prev is jobs:
                 start = len(jobs)
+            elif (
+                last
+                and prev[:last] == jobs[:last]
+                and (last == len(prev) or last == len(jobs) or prev[last] is not jobs[last])
+            ):
+                # last round's common prefix is the common prefix again (the waiting jobs that still wait,
+                # the usual case): one comparison in C, each element the same object (or an equal job: the
+                # same numbers), and the next job differs
+                start = last
             else:  # the common prefix of the same objects, compared in C (map stops at the shorter one)
                 same = list(map(is_, prev, jobs))
                 try:
@@ -153,7 +162,7 @@ class FairnessModel:
                 if keep:
                     runs.append((remaining, rem_path, work, work_factor, gpus, t_jobs))
             if keep:
-                cache.sums[app.id] = (jobs, arrival, runs)
+                cache.sums[app.id] = (jobs, arrival, runs, start)
         t_path = app.finished_path if app.finished_path >= t_jobs else t_jobs
         total = app.finished_work + work
         if total <= 0:

@@ -59,8 +59,9 @@ class JobFactsCache:
         self._throughputs: dict[tuple, float] = {}  # (profile, GPU set) -> throughput (throughput_on)
         #: app id -> (the waiting jobs as passed, what the agent derived from them: see Agent.__init__)
         self.orders: dict[str, tuple[list[Job], tuple]] = {}
-        #: app id -> (its jobs, its arrival, the running sums over them that FairnessModel.facts needs)
-        self.sums: dict[str, tuple[tuple[Job, ...], float, list[tuple]]] = {}
+        #: app id -> (its jobs, its arrival, the running sums over them that FairnessModel.facts needs, how
+        #: many of its first jobs were the same as the round before's)
+        self.sums: dict[str, tuple[tuple[Job, ...], float, list[tuple], int]] = {}
 
     def use(self, topology: Topology, n_jobs: int | None = None) -> None:
         """Start a round on `topology` with `n_jobs` jobs (None: unknown): resets on a new topology, prunes
