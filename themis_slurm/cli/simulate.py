@@ -134,6 +134,9 @@ class _Progress:
               help="Themis renews a started wide gang at its lease expiry unless its app is clearly ahead.")
 @click.option("--keep-in-place/--no-keep-in-place", default=_ARB.keep_in_place, show_default=True,
               help="Themis gives a lease holder its GPUs back where a move would change no placement.")
+@click.option("--rank-at-share", type=click.FloatRange(min=0), default=_ARB.rank_at_share, show_default=True,
+              help="Themis offers the pool to the apps with the worst rho at this multiple of a fair share "
+                   "(0: under what they keep, as the paper).")
 @click.option("--estimate-error", default=str(_SIM.estimate_error), show_default=True,
               help="none | uniform:A:B | lognormal:SIGMA")
 @click.option("--calibrate/--no-calibrate", default=_SIM.calibration.enabled, show_default=True,
@@ -300,7 +303,7 @@ def _options(o: dict[str, Any]):
     knobs = replace(_ARB, fairness_knob=o["fairness_knob"], lease_s=o["lease"], seed=o["seed"],
                     restart_cost_s=o["restart_cost"], solver=o["solver"],
                     reserve_wide_gangs=o["reserve_wide_gangs"], keep_wide_gangs=o["keep_wide_gangs"],
-                    keep_in_place=o["keep_in_place"])  # fmt: skip
+                    keep_in_place=o["keep_in_place"], rank_at_share=o["rank_at_share"])  # fmt: skip
     cfg = SimConfig(restart_cost_s=o["restart_cost"], estimate_error=err, seed=o["seed"], elastic=o["elastic"],
                     node_shaped=o["node_shaped"], round_interval_s=o["round_interval"],
                     progress_interval_s=o["progress_interval"], calibration=calibration)  # fmt: skip

@@ -60,6 +60,7 @@ class ArbiterConfig:
     keep_wide_gangs: bool = False  # the wide-gangs phase (core/wide_gangs.py); off: see docs/design.md
     wide_gang_release_rho: float = 0.8  # ... below this rho an app is clearly ahead: its wide gang is auctioned
     keep_in_place: bool = True  # the keep-in-place phase (core/keep_in_place.py): off only to see what it saves
+    rank_at_share: float = 0.0  # 0: rank by rho under what apps keep (the paper); s > 0: at s x a fair share (bidding.py)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.fairness_knob < 1.0:
@@ -70,6 +71,8 @@ class ArbiterConfig:
             raise ValueError(f"restart_cost_s must be >= 0 seconds, got {self.restart_cost_s}")
         if not (self.wide_gang_release_rho >= 0 and math.isfinite(self.wide_gang_release_rho)):
             raise ValueError(f"wide_gang_release_rho must be a number >= 0, got {self.wide_gang_release_rho}")
+        if not (self.rank_at_share >= 0 and math.isfinite(self.rank_at_share)):
+            raise ValueError(f"rank_at_share must be a number >= 0, got {self.rank_at_share}")
         if self.solver not in SOLVERS:
             raise ValueError(f"solver must be one of {', '.join(SOLVERS)}, got {self.solver!r}")
 

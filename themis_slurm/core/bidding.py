@@ -47,9 +47,10 @@ def rank_by_rho(rs: RoundState) -> None:
     """Visibility phase: an agent per app with waiting work, ranked worst rho first; the first 1 - f bid.
 
     rho is taken under the allocation each app keeps once the expiring leases are back in the pool (the
-    GPUs being re-auctioned are nobody's). An app whose leases expire now ranks by that rho; any other
-    app's rho is discounted by what a move costs (as its bids are), so that leases do not flip between
-    near-equal apps.
+    GPUs being re-auctioned are nobody's), or, with ``rank_at_share`` s > 0, at s x a fair share of the
+    GPUs (:func:`rho_at_share`). An app whose leases expire now ranks by that rho; any other app's rho is
+    discounted by what a move costs (as its bids are), so that leases do not flip between near-equal
+    apps. ``rho_now`` (the records' rho before the round) is always the rho under what the app keeps.
     """
     held, jobs = rs.held, rs.jobs
     throughput_on = rs.model.job_facts.throughput_on  # type: ignore[union-attr]
@@ -78,8 +79,29 @@ def rank_by_rho(rs: RoundState) -> None:
             rs.rho_now[app.id] = ag.rho_base  # the same float as model.rho(app, now, base): the same formula
         else:
             rs.rho_now[app.id] = rs.model.rho(app, rs.now, base)
-    urgency = {a: rs.rho_now[a] * (1.0 if ag.homes else 1.0 - rs.restart_discount) for a, ag in rs.agents.items()}
+    share = rs.cfg.rank_at_share
+    if share > 0:
+        fair = share * (rs.state.cluster_gpus or rs.state.topology.size) / max(1, len(rs.state.apps))
+        rank_rho = {a: rho_at_share(ag, fair) for a, ag in rs.agents.items()}
+    else:
+        rank_rho = rs.rho_now
+    urgency = {a: rank_rho[a] * (1.0 if ag.homes else 1.0 - rs.restart_discount) for a, ag in rs.agents.items()}
     rs.ranked = sorted(rs.agents, key=lambda a: (-urgency[a], a))
+
+
+def rho_at_share(agent: Agent, fair_gpus: float) -> float:
+    """The rho `agent`'s app would reach with at least `fair_gpus` GPUs (at full speed; at most the GPUs of all
+    its unfinished jobs at once) from now on: the ranking of ``ArbiterConfig.rank_at_share``.
+
+    Ranked by rho under what it keeps (the paper), every app that holds nothing has the rho of the idle
+    throughput, about ten times any other, so with 30 to 50 apps sharing 32 or 64 GPUs the apps without
+    GPUs fill the offer and an app held at one GPU below a share of 1.3 never bids for a second (docs/
+    evaluation.md, section 5). At a common yardstick the ranking says instead which apps already fell
+    behind: an app that waited with little has more work left for the time it has been here. An app
+    that holds at least that much is ranked by its rho under what it keeps.
+    """
+    demand = float(sum(j.gpus for j in agent.app.jobs))
+    return agent.rho_of(max(0.0, min(demand, fair_gpus) - agent.base))
 
 
 def offer(rs: RoundState) -> None:

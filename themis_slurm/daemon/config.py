@@ -116,6 +116,7 @@ class SchedulerConfig:
     keep_wide_gangs: bool = _CORE.keep_wide_gangs
     wide_gang_release_rho: float = _CORE.wide_gang_release_rho
     keep_in_place: bool = _CORE.keep_in_place
+    rank_at_share: float = _CORE.rank_at_share
 
     @property
     def lease_s(self) -> float:
@@ -129,7 +130,7 @@ class SchedulerConfig:
                              seed=self.seed, restart_cost_s=self.restart_cost_s,
                              reserve_wide_gangs=self.reserve_wide_gangs, keep_wide_gangs=self.keep_wide_gangs,
                              wide_gang_release_rho=self.wide_gang_release_rho,
-                             keep_in_place=self.keep_in_place)  # fmt: skip
+                             keep_in_place=self.keep_in_place, rank_at_share=self.rank_at_share)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -419,6 +420,7 @@ _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
         "keep_wide_gangs": boolean,
         "wide_gang_release_rho": non_negative,
         "keep_in_place": boolean,
+        "rank_at_share": non_negative,
         "exact_max_bidders": count,
         "exact_max_gpus": count,
         "idle_throughput": fraction,
