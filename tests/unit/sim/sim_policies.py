@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from themis_slurm.core.decision import Decision, Grant, Preemption
+from themis_slurm.core.decision import Decision, Grant, GrantSource, Preemption
 from themis_slurm.core.placement import Pool
 from themis_slurm.policies.base import PolicyContext
 
@@ -30,7 +30,7 @@ class FifoFirstFit:
             if gpus is None:
                 continue
             pool.take(gpus)
-            grants.append(Grant(j.id, j.app_id, gpus, st.topology.nodes_of(gpus), "", st.now + self.lease_s, "fifo"))
+            grants.append(Grant(j.id, j.app_id, gpus, st.topology.nodes_of(gpus), "", st.now + self.lease_s, GrantSource.POLICY))
         return Decision(now=st.now, grants=tuple(grants))
 
     def next_wakeup(self, now: float) -> float | None:
@@ -73,7 +73,7 @@ class PreemptAll(FifoFirstFit):
             if gpus is None:
                 continue
             pool.take(gpus)
-            grants.append(Grant(j.id, j.app_id, gpus, st.topology.nodes_of(gpus), "", st.now + self.lease_s, "rr"))
+            grants.append(Grant(j.id, j.app_id, gpus, st.topology.nodes_of(gpus), "", st.now + self.lease_s, GrantSource.POLICY))
         return Decision(now=st.now, grants=tuple(grants), preemptions=pre)
 
 
