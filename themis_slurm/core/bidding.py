@@ -90,17 +90,23 @@ def rank_by_rho(rs: RoundState) -> None:
 
 
 def rho_at_share(agent: Agent, fair_gpus: float) -> float:
-    """The rho `agent`'s app would reach with at least `fair_gpus` GPUs (at full speed; at most the GPUs of all
-    its unfinished jobs at once) from now on: the ranking of ``ArbiterConfig.rank_at_share``.
+    """How `agent`'s app ranks under ``ArbiterConfig.rank_at_share``: the rho it would reach with at least
+    `fair_gpus` GPUs (at full speed; at most the GPUs of all its unfinished jobs at once) from now on; an
+    app that holds more is ranked by its rho under what it keeps, and so is an app that has not had a GPU
+    yet (nothing run, nothing finished, nothing held).
 
     Ranked by rho under what it keeps (the paper), every app that holds nothing has the rho of the idle
     throughput, about ten times any other, so with 30 to 50 apps sharing 32 or 64 GPUs the apps without
     GPUs fill the offer and an app held at one GPU below a share of 1.3 never bids for a second (docs/
     evaluation.md, section 5). At a common yardstick the ranking says instead which apps already fell
-    behind: an app that waited with little has more work left for the time it has been here. An app
-    that holds at least that much is ranked by its rho under what it keeps.
+    behind: an app that waited with little has more work left for the time it has been here. An app that
+    just arrived has not fallen behind yet, but a short one would wait for a large part of its T_id before
+    it had (docs/design.md, "Ranking at a fair share"), so it keeps the paper's ranking until its first GPUs.
     """
-    demand = float(sum(j.gpus for j in agent.app.jobs))
+    app = agent.app
+    if agent.base <= 0 and app.finished_work <= 0 and all(j.service <= 0 for j in app.jobs):
+        return agent.rho_base
+    demand = float(sum(j.gpus for j in app.jobs))
     return agent.rho_of(max(0.0, min(demand, fair_gpus) - agent.base))
 
 

@@ -331,23 +331,26 @@ def test_agent_start_cost_must_be_below_one(bad: float) -> None:
     assert Agent(app, model, 0.0, 0.0, app.jobs, start_cost=0.5).start_keep == 0.5
 
 
-@pytest.mark.parametrize("rank_at_share, first", [(0.0, "E"), (1.0, "H")])
-def test_rank_at_share_ranks_by_how_far_behind_an_app_is(rank_at_share: float, first: str) -> None:
+@pytest.mark.parametrize("rank_at_share, e_service, first", [(0.0, 500.0, "E"), (1.0, 500.0, "H"), (1.0, 0.0, "E")])
+def test_rank_at_share_ranks_by_how_far_behind_an_app_is(rank_at_share: float, e_service: float, first: str) -> None:
     """4 GPUs, two apps (N = 2), now = 20,000 s, one bidder (f = 0.8 of 2 apps); the fair share is 4 / 2 = 2.
 
     H: arrived at 0, holds 1 GPU for h1 (1 GPU, 20,000 GPU-s, 9,000 done) and waits with h2 (1 GPU,
        10,000 GPU-s). T_id = max(30,000 / 2, path 20,000) = 20,000; remaining 21,000, path 11,000.
        rho under what it keeps (1 GPU): (20,000 + 21,000) / 20,000 = 2.05;
        at its fair share (2 GPUs): (20,000 + max(10,500, 11,000)) / 20,000 = 1.55.
-    E: arrived at 19,000 with e1 (1 GPU, 4,000 GPU-s). T_id = 4,000.
+    E: arrived at 19,000 with e1 (1 GPU, 4,000 GPU-s), which ran before (500 GPU-s of service, no work
+       counted done) or never ran. T_id = 4,000.
        rho under what it keeps (nothing: the idle throughput 0.1): (1,000 + 4,000) / 0.1 / 4,000 = 12.5;
        at its fair share (its demand, 1 GPU): (1,000 + 4,000) / 4,000 = 1.25.
     By rho under what they keep (the paper) the app with nothing bids; at a fair share H, which fell
-    behind, does. The records' rho before the round is the rho under what each keeps either way.
+    behind, does, unless E has not had a GPU yet (then it keeps the paper's rank). The records' rho before
+    the round is the rho under what each keeps either way.
     """
     h = App("H", "u", 0.0, (Job("h1", "H", 1, 20000.0, done=9000.0, profile="none"),
                             Job("h2", "H", 1, 10000.0, profile="none")), contention=2)  # fmt: skip
-    e = App("E", "u", 19000.0, (Job("e1", "E", 1, 4000.0, profile="none", submit=19000.0),), contention=2)
+    e = App("E", "u", 19000.0, (Job("e1", "E", 1, 4000.0, profile="none", submit=19000.0, service=e_service),),
+            contention=2)  # fmt: skip
     state = ClusterState(ONE_NODE, 20000.0, frozenset({1, 2, 3}), (Lease("h1", frozenset({0}), 0.0, 20600.0),),
                          (h, e))  # fmt: skip
     d = run_round(state, ArbiterConfig(restart_cost_s=0.0, rank_at_share=rank_at_share))
