@@ -145,6 +145,10 @@ class FairSharePolicy:
         def placer(j: Job, p) -> frozenset[int] | None:
             return pad.fit(j, pool=p)
 
+        def may_preempt(aid: str, j: Job) -> bool:
+            """The app stays within its share with the job, and no job as wide failed to preempt in this call."""
+            return held[aid] + j.gpus <= share[aid] + _TOL and j.gpus < failed_size.get(aid, math.inf)
+
         order: list[Job] = []
         live = {aid for aid, q in queues.items() if q}
         # the live app with the lowest ratio next: a heap with an entry pushed whenever an app's ratio
@@ -163,29 +167,26 @@ class FairSharePolicy:
             # popped next again. While the app's jobs cannot start (fewer GPUs free than the gang, and no
             # preemption to try), they are taken here in the order the heap would give, with the app's
             # one reason: a contended queue of thousands costs no heap operation or placement try per job.
-            if pool.size < job.gpus:
-                reason = None
-                while pool.size < job.gpus and not (
-                    held[aid] + job.gpus <= share[aid] + _TOL and job.gpus < failed_size.get(aid, math.inf)
-                ):
-                    if reason is None:
-                        reason = f"does not fit (app holds {held[aid]:.0f} of its {share[aid]:.1f} GPU share)"
+            if pool.size < job.gpus and not may_preempt(aid, job):
+                reason = f"does not fit (app holds {held[aid]:.0f} of its {share[aid]:.1f} GPU share)"
+                ran_out = False
+                while True:
                     order.append(job)
                     pad.wait(job, reason)
                     if not queue:
+                        ran_out = True
                         break
                     job = queue.popleft()
-                else:  # this job may start, or may preempt: the full procedure below
-                    reason = None
-                if reason is not None:  # the app's queue ran out while its jobs waited
+                    if pool.size >= job.gpus or may_preempt(aid, job):
+                        break  # this one may start, or may preempt: the full procedure below
+                if ran_out:  # every job the app had left waits
                     live.discard(aid)
                     continue
             if not queue:
                 live.discard(aid)
             order.append(job)
             got = pad.fit(job)
-            under = held[aid] + job.gpus <= share[aid] + _TOL
-            if got is None and under and job.gpus < failed_size.get(aid, math.inf):
+            if got is None and may_preempt(aid, job):
                 victims, blocked = self._victims(pad, job, share, held)
                 protected_until = min(protected_until, blocked)
                 before = set(pad.preempted)

@@ -52,16 +52,19 @@ class OptimusPolicy:
     def speedup(self, g: int) -> float:
         return g / (1.0 + self.alpha * (g - 1)) if g > 0 else 0.0
 
+    def rate(self, g: int, level: Level, profile: str) -> float:
+        """Ideal GPU-seconds per second on `g` GPUs spanning `level`, under the speed model."""
+        return self.speedup(g) * get_profile(profile).factor(level)
+
     def completion_time(self, job: Job, g: int, level: Level) -> float:
         """Estimated seconds to finish on `g` GPUs spanning `level`, under the speed model."""
-        rate = self.speedup(g) * get_profile(job.profile).factor(level)
-        return max(job.remaining, MIN_REMAINING) / rate
+        return max(job.remaining, MIN_REMAINING) / self.rate(g, level, job.profile)
 
     def schedule(self, ctx: PolicyContext) -> Decision:
         pad = BaselineScratchpad(ctx.state, self.name)
         topo = pad.topo
         # A job's GPU-time under the model, g x T(g, best level) (completion_time's floats, in its order):
-        # the rate s(g) x factor depends only on the job's shape and profile, so it is computed once per
+        # the rate depends only on the job's shape and profile, so it is computed once per
         # shape in a call instead of once per waiting job (thousands on a contended cluster)
         rates: dict[tuple[int, int | None, int | None, str], float] = {}
         cost: dict[str, float] = {}
@@ -71,8 +74,7 @@ class OptimusPolicy:
             shape = (g, j.gpus_per_node, j.nodes, j.profile)
             rate = rates.get(shape)
             if rate is None:
-                level = topo.best_level(g, j.gpus_per_node, j.nodes)
-                rate = rates[shape] = self.speedup(g) * get_profile(j.profile).factor(level)
+                rate = rates[shape] = self.rate(g, topo.best_level(g, j.gpus_per_node, j.nodes), j.profile)
             c = cost[j.id] = g * (max(j.remaining, MIN_REMAINING) / rate)
             keys.append((c, j.submit, j.id, j))
         keys.sort()  # by (cost, submit, id): ids are unique, so the jobs themselves are never compared
