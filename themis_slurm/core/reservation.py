@@ -22,7 +22,8 @@ from themis_slurm.core.workload import Job, Lease
 def reserve_for_wide_gang(rs: RoundState) -> None:
     """Reservation phase: start the gang on its reservation, or hold the part of it that is free now."""
     topo, now = rs.state.topology, rs.now
-    res = _pick_gang(topo, now, rs.cfg.lease_s, rs.bidders, rs.pool, rs.held, rs.jobs)
+    homed = frozenset(g for gpus in rs.homes.values() for g in gpus)
+    res = _pick_gang(topo, now, rs.cfg.lease_s, rs.bidders, rs.pool, rs.held, rs.jobs, homed)
     if res is None:
         return
     ag, job, target, start_by = res
@@ -44,7 +45,7 @@ def reserve_for_wide_gang(rs: RoundState) -> None:
 
 def _pick_gang(
     topo: Topology, now: float, lease_s: float, bidders: Sequence[Agent], pool: Pool,
-    held: Mapping[str, Lease], jobs: Mapping[str, Job],
+    held: Mapping[str, Lease], jobs: Mapping[str, Job], homed: frozenset[int] = frozenset(),
 ) -> tuple[Agent, Job, frozenset[int], float] | None:
     """The gang to reserve for, the GPUs it gets, and when they are all free (None: nothing to reserve).
 
@@ -56,7 +57,10 @@ def _pick_gang(
     preemptible leases as free at their expiry, non-preemptible ones never. The nodes with the most GPUs
     free now win (then the earliest completion): the GPUs reserved in the previous round are free, so the
     reservation stays where it is and grows as the leases on its nodes expire, instead of moving to
-    whichever nodes look soonest and displacing other jobs again. Only one reservation per round; a
+    whichever nodes look soonest and displacing other jobs again. Among nodes as free, those whose GPUs
+    are nobody's home win (`homed`: GPUs of leases expiring now, whose holders would otherwise renew in
+    place): a gang placed on a holder's node while an equal node idles moves the holder for nothing (one
+    restart). Only one reservation per round; a
     reserved GPU idles at most until the last lease on its nodes expires (at most one lease).
     """
     for ag in bidders:
@@ -68,17 +72,23 @@ def _pick_gang(
         for lease in held.values():
             if jobs[lease.job_id].preemptible and math.isfinite(lease.expiry):
                 avail.update({g: lease.expiry for g in lease.gpus})
-        found = _reserve_on(topo, avail, now, job)
+        found = _reserve_on(topo, avail, now, job, homed)
         if found is not None:
             return ag, job, found[0], found[1]
     return None
 
 
 def _reserve_on(
-    topo: Topology, avail: Mapping[int, float], now: float, job: Job
+    topo: Topology, avail: Mapping[int, float], now: float, job: Job, homed: frozenset[int] = frozenset()
 ) -> tuple[frozenset[int], float] | None:
     """GPUs for `job` on n nodes x k GPUs (its shape; else one node, else whole nodes), nodes ranked by GPUs
-    free now (most first), then by when their k GPUs are all free, then by name; with that time."""
+    free now (most first), then by how many of them are a holder's home (fewest first), then by when their
+    k GPUs are all free, then by name; with that time.
+
+    A gang of several nodes takes the n best nodes of one rack when that makes it faster (a
+    placement-sensitive model across racks runs at a fraction of its speed for its whole run, which a
+    wait of at most one lease does not cost), else the n best anywhere.
+    """
     if job.nodes is not None and job.gpus_per_node is not None:
         n, k = job.nodes, job.gpus_per_node
     else:
@@ -86,15 +96,30 @@ def _reserve_on(
         n, k = (1, job.gpus) if job.gpus <= widest else (-(-job.gpus // widest), widest)
         if n * k != job.gpus:
             return None  # an uneven split across nodes: no reservation (rare; Slurm would decide the split)
-    ranked: list[tuple[int, float, str, tuple[int, ...]]] = []
+    ranked: list[tuple[int, int, float, str, tuple[int, ...]]] = []
     for node, gids in topo.node_gpus.items():
-        usable = sorted((g for g in gids if g in avail), key=lambda g: (avail[g] > now, avail[g], g))
+        usable = sorted((g for g in gids if g in avail), key=lambda g: (avail[g] > now, g in homed, avail[g], g))
         if len(usable) < k:
             continue
         pick = tuple(usable[:k])
-        ranked.append((-sum(avail[g] <= now for g in pick), max(avail[g] for g in pick), node, pick))
+        ranked.append((-sum(avail[g] <= now for g in pick), sum(g in homed for g in pick),
+                       max(avail[g] for g in pick), node, pick))  # fmt: skip
     if len(ranked) < n:
         return None
     ranked.sort()
     chosen = ranked[:n]
-    return frozenset(g for *_, pick in chosen for g in pick), max(t for _, t, _, _ in chosen)
+    if n > 1:
+        profile = get_profile(job.profile)
+        options = [chosen]
+        for rack in topo.racks:
+            here = [r for r in ranked if topo.node_rack[r[3]] == rack][:n]
+            if len(here) == n:
+                options.append(here)
+
+        def score(opt: list[tuple[int, int, float, str, tuple[int, ...]]]) -> tuple[float, int, int, float]:
+            gpus = [g for *_, pick in opt for g in pick]
+            speed = throughput(len(gpus), topo.level_of(gpus), profile)
+            return (-speed, sum(r[0] for r in opt), sum(r[1] for r in opt), max(r[2] for r in opt))
+
+        chosen = min(options, key=score)  # the first (the n best anywhere) on a tie
+    return frozenset(g for *_, pick in chosen for g in pick), max(r[2] for r in chosen)

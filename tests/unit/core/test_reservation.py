@@ -373,3 +373,49 @@ def test_an_agent_with_a_started_job_equals_one_built_without_it() -> None:
         assert derived._plain == built._plain and derived.homes == built.homes
         assert derived.rho_base == built.rho_base and derived.base == built.base
     assert whole.base == 1.0 and len(whole.jobs) == 12  # the original is left as it was
+
+
+# ------------------------------------------------------------------------------- 8. which nodes the gang gets
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_a_free_node_is_preferred_to_a_holders_home(solver: str) -> None:
+    """H's leases on node1 expire now and node2 is free: both nodes are all in the pool, and the gang fits
+    on either. It starts on node2: on node1 it would have preempted four jobs for nothing (a placement no
+    better than node2's). The holders keep node1 but for what O's jobs (bidders too at f = 0) take there."""
+    state = _state(set(NODE2), {0: 0.0, 1: 0.0, 2: 0.0, 3: 0.0})
+    d = _run(state, solver)
+    w1 = [g for g in d.grants if g.job_id == "w1"]
+    assert [(sorted(g.gpus), g.source) for g in w1] == [([4, 5, 6, 7], "reservation")]
+    o_jobs = [g for g in d.grants if g.app_id == "O"]
+    assert len(d.preemptions) == len(o_jobs) and len(d.renewals) == 4 - len(o_jobs)
+
+
+def _two_racks(profile: str) -> ClusterState:
+    """2 racks x 2 nodes x 4 GPUs (rack1 = node1, node2 = GPUs 0-7; rack2 = node3, node4 = GPUs 8-15).
+    node1 and node3 are free now, node2 frees at now + 100 and node4 at now + 500. W's 2 x 4 gang has
+    waited more than a lease."""
+    topo = Topology.uniform(2, 2, 4)
+    w = App("W", "u", 0.0, (Job("w1", "W", 8, 80000.0, profile=profile, submit=0.0, gpus_per_node=4, nodes=2),),
+            contention=2)  # fmt: skip
+    busy = {g: 100.0 for g in range(4, 8)} | {g: 500.0 for g in range(12, 16)}
+    h = App("H", "u", 0.0, tuple(Job(f"h{g}", "H", 1, 1e6, profile="none") for g in sorted(busy)), contention=2)
+    held = tuple(Lease(f"h{g}", frozenset({g}), NOW - 100.0, NOW + dt) for g, dt in sorted(busy.items()))
+    return ClusterState(topo, NOW, frozenset(range(4)) | frozenset(range(8, 12)), held, (w, h))
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_a_sensitive_multi_node_gang_is_reserved_within_one_rack(solver: str) -> None:
+    """vgg16 runs at 0.72 of its speed within a rack and 0.52 across racks (placement.py): node1 + node3
+    (free now, across racks) would start it now at the slower speed for its whole run, so it waits for
+    node2 instead (at most a lease): node1 is held, complete in 100 s."""
+    d = _run(_two_racks("vgg16"), solver)
+    assert d.reserved_gpus == frozenset(range(4))
+    assert not d.grants or all(g.job_id != "w1" for g in d.grants)
+    assert "4 of 8 GPU(s) reserved for job w1, complete in 100 s" in said(d.apps["W"])
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_an_insensitive_multi_node_gang_starts_across_racks(solver: str) -> None:
+    """The same round for a model that runs as fast anywhere: node1 + node3 are free now, so it starts."""
+    d = _run(_two_racks("none"), solver)
+    assert _grants(d) == [("w1", [0, 1, 2, 3, 8, 9, 10, 11], "reservation")]
+    assert d.reserved_gpus == frozenset()
