@@ -1,4 +1,4 @@
-"""Ranking at a fair share (ArbiterConfig.rank_at_share): Themis's max rho with and without it, side by side.
+"""Ranking at a fair share (ArbiterConfig.rank_at_share): Themis's max rho with the paper's ranking and the default.
 
 The paper workload of docs/evaluation.md (84 apps, 120 s rounds, the fast winner determination) on 64 and
 32 GPUs, seeds 0, 1 and 2, for each Themis variant below; the best of ftf and maxmin on the same runs is
@@ -26,12 +26,12 @@ import paper_eval as pe  # noqa: E402  (the evaluation's workload, shapes and se
 from themis_slurm.core.arbiter import ArbiterConfig  # noqa: E402
 from themis_slurm.sim.engine import SimConfig  # noqa: E402
 
-#: name -> the knobs it changes from the evaluation's defaults
+#: name -> the knobs it changes from the defaults (the evaluation's: ArbiterConfig's, with its seed and solver)
 VARIANTS: dict[str, dict] = {
-    "rho (default)": {},
-    "share 2": {"rank_at_share": 2.0},
-    "share 2 + keep wide gangs": {"rank_at_share": 2.0, "keep_wide_gangs": True},
-    "share 2 + reservations": {"rank_at_share": 2.0, "reserve_wide_gangs": True},
+    "paper: rho, f 0.8": pe.PAPER_RANKING,
+    "share 2 + reservations, f 0.8": {"fairness_knob": 0.8},
+    "share 2, f 0.9, no reservations": {"reserve_wide_gangs": False},
+    "default: share 2 + reservations, f 0.9": {},
 }
 SHAPES = ("64", "32")
 SEEDS = (0, 1, 2)

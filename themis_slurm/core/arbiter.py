@@ -8,7 +8,7 @@ module and function):
     wide gangs    wide_gangs.keep_wide_gangs      optional (keep_wide_gangs): started wide gangs renew
                                                   unless their app is clearly ahead (rho < release rho)
     visibility    bidding.rank_by_rho, offer      rank apps with waiting work by rho; the worst 1 - f bid
-    reservation   reservation.reserve_for_wide_gang   optional (reserve_wide_gangs): a wide gang's GPUs
+    reservation   reservation.reserve_for_wide_gang   optional (reserve_wide_gangs, on by default): a wide gang's GPUs
     winners       winners.determine_winners       x* = argmax prod 1/rho (exact MILP or fast greedy)
     payments      payments.charge, keep_winnings  hidden payments c_i; keep up to the visibility stop
     leftover      leftover.hand_out_leftover      the rest to waiting jobs until none fits
@@ -47,7 +47,7 @@ SOLVERS = ("auto", "exact", "fast")
 class ArbiterConfig:
     """Knobs of the mechanism. Defaults and their sources are in docs/design.md."""
 
-    fairness_knob: float = 0.8
+    fairness_knob: float = 0.9  # the paper's knob; 0.9 with rank_at_share (docs/design.md, "Ranking at a fair share")
     lease_s: float = 600.0
     solver: str = "auto"
     exact_max_bidders: int = 12
@@ -56,11 +56,11 @@ class ArbiterConfig:
     hidden_payments: bool = True
     seed: int = 0
     restart_cost_s: float = 30.0  # work lost by a (re)start; bids discount non-renewal gangs by restart/lease
-    reserve_wide_gangs: bool = False  # the reservation phase (core/reservation.py); off: see docs/design.md
+    reserve_wide_gangs: bool = True  # the reservation phase (core/reservation.py); docs/design.md
     keep_wide_gangs: bool = False  # the wide-gangs phase (core/wide_gangs.py); off: see docs/design.md
     wide_gang_release_rho: float = 0.8  # ... below this rho an app is clearly ahead: its wide gang is auctioned
     keep_in_place: bool = True  # the keep-in-place phase (core/keep_in_place.py): off only to see what it saves
-    rank_at_share: float = 0.0  # 0: rank by rho under what apps keep (the paper); s > 0: at s x a fair share (bidding.py)
+    rank_at_share: float = 2.0  # s > 0: rank at s x a fair share (bidding.py); 0: by rho under what apps keep (the paper)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.fairness_knob < 1.0:

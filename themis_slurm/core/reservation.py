@@ -1,8 +1,8 @@
 """Optional phase: reserve GPUs for a wide gang that has waited a lease (``reserve_wide_gangs``).
 
-Off by default (docs/design.md says why). When on, it runs after the offer and before winner
-determination: the first wide gang (bidding order) of the worst bidder that has one starts now if it
-fits, else the GPUs it will fit on soonest are held out of the pool until the leases on the rest expire.
+On by default (docs/design.md has the measurements). It runs after the offer and before winner
+determination: the first wide gang (bidding order) of the worst bidder that has one starts now if it fits,
+else the GPUs it will fit on soonest are held out of the pool until the leases on the rest expire.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """Golden decisions: the full Decision sequence of a few seeded simulations, recorded and compared exactly.
 
 A refactoring of the core (or of the daemon seam) must not change what Themis decides. These simulations
-cover the phases of a round: the paper workload on 32 GPUs (exact MILP and hidden payments), a slice of
-the real Philly trace on 32 GPUs (the fast solver, leftover), and a Slurm-shaped mix of multi-node gangs
-with reservations for wide gangs switched on. Each Decision is reduced to its typed content (grants,
+cover the phases of a round: the paper workload on 32 GPUs (exact MILP and hidden payments) with the
+paper's ranking and with the defaults (ranking at a fair share, reservations), a slice of the real Philly
+trace on 32 GPUs (the fast solver, leftover), and a Slurm-shaped mix of multi-node gangs with reservations.
+The first three recordings keep the paper's knobs (f = 0.8, ranking by rho under what apps keep; PAPER),
+so that a change of the defaults leaves them valid. Each Decision is reduced to its typed content (grants,
 renewals and preemptions with their causes, every app's numbers, outcome, kept_by and reservation note;
 prose is left out: wording belongs to the edges) and floats are rounded to 9 significant digits.
 
@@ -34,6 +36,8 @@ REPO = Path(__file__).resolve().parents[3]
 GOLDEN = REPO / "tests" / "fixtures" / "golden"
 PHILLY = REPO.parent / "shared" / "traces" / "philly_mix1.csv"
 RECORD = os.environ.get("THEMIS_GOLDEN_RECORD") == "1"
+#: the paper's ranking, as the defaults were when the first recordings were made
+PAPER = {"fairness_knob": 0.8, "rank_at_share": 0.0, "reserve_wide_gangs": False}
 
 
 def _f(x: float | None) -> float | str | None:
@@ -81,11 +85,18 @@ class Recorder(ThemisPolicy):
         return d
 
 
-def _paper() -> tuple[Trace, Topology, ArbiterConfig, SimConfig]:
+def _paper_trace() -> Trace:
     full = paper_workload(seed=3, n_apps=8, cluster_gpus=32)
-    trace = Trace(full.jobs[:120], "paper workload seed 3, first 120 jobs")
-    return trace, Topology.uniform(2, 4, 4, islands_per_node=2), ArbiterConfig(lease_s=600, seed=1,
-                                                                               solver="auto"), SimConfig()
+    return Trace(full.jobs[:120], "paper workload seed 3, first 120 jobs")
+
+
+def _paper() -> tuple[Trace, Topology, ArbiterConfig, SimConfig]:
+    return _paper_trace(), Topology.uniform(2, 4, 4, islands_per_node=2), ArbiterConfig(
+        lease_s=600, seed=1, solver="auto", **PAPER), SimConfig()
+
+
+def _defaults() -> tuple[Trace, Topology, ArbiterConfig, SimConfig]:
+    return _paper_trace(), Topology.uniform(2, 4, 4, islands_per_node=2), ArbiterConfig(seed=1), SimConfig()
 
 
 def _philly() -> tuple[Trace, Topology, ArbiterConfig, SimConfig]:
@@ -96,8 +107,8 @@ def _philly() -> tuple[Trace, Topology, ArbiterConfig, SimConfig]:
     t0 = jobs[0].arrival_s
     trace = Trace(tuple(TraceJob(j.job_id, j.app_id, j.user, j.arrival_s - t0, min(j.gpus, 16), j.duration_s, j.model)
                         for j in jobs), "philly_mix1.csv[:300]")
-    return trace, Topology.uniform(2, 2, 8, islands_per_node=2), ArbiterConfig(lease_s=300, seed=2,
-                                                                               solver="fast"), SimConfig()
+    return trace, Topology.uniform(2, 2, 8, islands_per_node=2), ArbiterConfig(
+        lease_s=300, seed=2, solver="fast", **PAPER), SimConfig()
 
 
 def _gangs() -> tuple[Trace, Topology, ArbiterConfig, SimConfig]:
@@ -110,11 +121,11 @@ def _gangs() -> tuple[Trace, Topology, ArbiterConfig, SimConfig]:
         jobs.append(TraceJob(f"j{k}", app, app, 240.0 * k, g, 1800.0 + 337.0 * (k % 7), models[k % len(models)]))
     trace = Trace(tuple(jobs), "slurm-shaped gangs")
     return trace, Topology.uniform(2, 3, 4, islands_per_node=2), ArbiterConfig(
-        lease_s=600, seed=5, restart_cost_s=60, reserve_wide_gangs=True, solver="auto"), SimConfig(
+        lease_s=600, seed=5, restart_cost_s=60, solver="auto", **{**PAPER, "reserve_wide_gangs": True}), SimConfig(
         node_shaped=True, restart_cost_s=60)
 
 
-CASES = {"paper32": _paper, "philly32": _philly, "gangs24": _gangs}
+CASES = {"paper32": _paper, "philly32": _philly, "gangs24": _gangs, "defaults32": _defaults}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

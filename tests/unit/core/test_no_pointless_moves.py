@@ -56,14 +56,17 @@ def test_holder_on_an_equivalent_node_is_renewed_not_moved(solver: str, f: float
 
 def test_the_keep_in_place_phase_can_be_switched_off() -> None:
     """ArbiterConfig.keep_in_place=False skips the phase: the reported case then moves A off node1 (one
-    restart for nothing), which the phase (on by default) undoes."""
+    restart for nothing), which the phase (on by default) undoes. Without reservations: with them B's gang
+    (which has waited a lease) is reserved on the free node2 before the auction, and nothing moves."""
     st = _reported("none")
-    off = run_round(st, ArbiterConfig(solver="fast", keep_in_place=False))
+    off = run_round(st, ArbiterConfig(solver="fast", keep_in_place=False, reserve_wide_gangs=False))
     check_invariants(st, off)
     assert [(p.job_id, p.gpus) for p in off.preemptions] == [("a1", NODE1)]
     assert {(g.job_id, g.gpus) for g in off.grants} == {("b1", NODE1), ("a1", NODE2)}
-    on = run_round(st, ArbiterConfig(solver="fast"))
+    on = run_round(st, ArbiterConfig(solver="fast", reserve_wide_gangs=False))
     assert on.preemptions == () and [r.job_id for r in on.renewals] == ["a1"]
+    reserved = run_round(st, ArbiterConfig(solver="fast", keep_in_place=False))
+    assert reserved.preemptions == () and [r.job_id for r in reserved.renewals] == ["a1"]
 
 
 @pytest.mark.parametrize("solver", ["exact", "fast"])

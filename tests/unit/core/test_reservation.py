@@ -131,11 +131,14 @@ def test_reservation_on_leased_gpus_only_holds_nothing(solver: str) -> None:
     assert "job w1 starts on 4 GPU(s) whose leases end in 300 s (none held idle meanwhile)" in said(d.apps["W"])
 
 
-def test_reservations_are_off_by_default() -> None:
-    """The 2-free-GPU case of the test above without reserve_wide_gangs: no reservation, O gets the GPUs."""
+def test_reservations_are_on_by_default_and_can_be_switched_off() -> None:
+    """The 2-free-GPU case of the test above with reserve_wide_gangs off: no reservation, O gets the GPUs."""
+    assert ArbiterConfig().reserve_wide_gangs
     leases = {2: 100.0, 3: 400.0, 4: 300.0, 5: 300.0, 6: 300.0, 7: 300.0}
     state = _state({0, 1}, leases)
-    d = run_round(state, ArbiterConfig(restart_cost_s=0.0, fairness_knob=0.0, lease_s=LEASE))
+    on = run_round(state, ArbiterConfig(restart_cost_s=0.0, fairness_knob=0.0, lease_s=LEASE))
+    assert on.reserved_gpus == frozenset({0, 1})
+    d = run_round(state, ArbiterConfig(restart_cost_s=0.0, fairness_knob=0.0, lease_s=LEASE, reserve_wide_gangs=False))
     check_invariants(state, d)
     assert d.reserved_gpus == frozenset() and sorted(g.job_id for g in d.grants) == ["o1", "o2"]
 

@@ -54,9 +54,11 @@ def test_defaults_and_values() -> None:
     assert cfg.mode == "observe"
     assert cfg.scheduler.lease_s == 30.0
     assert cfg.slurm.partitions == ("gpu",)
-    assert (cfg.scheduler.restart_cost_s, cfg.scheduler.reserve_wide_gangs) == (ArbiterConfig().restart_cost_s, False)
-    on = parse({"scheduler": {"reserve_wide_gangs": True, "restart_cost_s": 0}}).scheduler
-    assert (on.reserve_wide_gangs, on.restart_cost_s) == (True, 0.0)
+    core = ArbiterConfig()
+    assert (cfg.scheduler.restart_cost_s, cfg.scheduler.reserve_wide_gangs, cfg.scheduler.rank_at_share,
+            cfg.scheduler.fairness_knob) == (core.restart_cost_s, True, 2.0, 0.9)  # fmt: skip
+    off = parse({"scheduler": {"reserve_wide_gangs": False, "restart_cost_s": 0, "rank_at_share": 0}}).scheduler
+    assert (off.reserve_wide_gangs, off.restart_cost_s, off.rank_at_share) == (False, 0.0, 0.0)
     assert parse(None) == Config(source="themis.yaml")
     assert parse({"metrics": {"listen": ""}}).metrics.address is None
     assert parse({"metrics": {"listen": "[::1]:9000"}}).metrics.address == ("::1", 9000)
