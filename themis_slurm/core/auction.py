@@ -305,7 +305,10 @@ class FastSolver:
             v = value(got)
             if v > best_v + 1e-12:
                 best, best_v = got, v
-        if len(best) <= self.improve_max_winners:
+        # one bidder: ruining its gangs and refilling repeats the first fill and the "gain" try above
+        # exactly (the same greedy on the same pool), so the search cannot improve on them; with f = 0.9
+        # most rounds have one bidder, and the search was a quarter of a paper-size simulation
+        if len(agents) > 1 and len(best) <= self.improve_max_winners:
             best, best_v = self._ruin_and_recreate(agents, pool, best, best_v, value)
         bundles = {aid: by_id[aid].bundle(gangs) for aid, gangs in best.items()}
         return Allocation(bundles, sum(b.gain for b in bundles.values()), self.name)
