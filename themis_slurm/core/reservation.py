@@ -60,8 +60,8 @@ def _pick_gang(
     whichever nodes look soonest and displacing other jobs again. Among nodes as free, those whose GPUs
     are nobody's home win (`homed`: GPUs of leases expiring now, whose holders would otherwise renew in
     place): a gang placed on a holder's node while an equal node idles moves the holder for nothing (one
-    restart). Only one reservation per round; a
-    reserved GPU idles at most until the last lease on its nodes expires (at most one lease).
+    restart). Only one reservation per round; a reserved GPU idles at most until the last lease on its
+    nodes expires (at most one lease).
     """
     for ag in bidders:
         job = next((j for j in ag.jobs if j.gpus >= WIDE_GANG_GPUS and not j.elastic and j.id not in ag.homes
