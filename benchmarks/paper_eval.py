@@ -28,7 +28,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from themis_slurm.core.arbiter import ArbiterConfig
+from themis_slurm.core.arbiter import PAPER_RANKING, ArbiterConfig
 from themis_slurm.core.calibration import CalibrationConfig
 from themis_slurm.core.topology import Topology
 from themis_slurm.policies import NAMES
@@ -68,8 +68,6 @@ class Scale:
 
 # Measured here (commit d01eae6, 2 workers on an idle 2-core machine): 26.0 min; the simulations' own times sum
 # to 3,113 s (Themis 1,014 s over 22 runs of 33-113 s, ftf 625, tiresias 433, maxmin 392, the rest under 200).
-#: Themis's knobs as the paper has them (the defaults before ranking at a fair share; docs/design.md)
-PAPER_RANKING = {"fairness_knob": 0.8, "rank_at_share": 0.0, "reserve_wide_gangs": False}
 FULL = Scale(apps=84, seed=0, round_interval_s=120.0, philly_jobs=None, f_values=(0.5, 0.8, 0.9, 0.95),
              lease_values=(300.0, 600.0, 1200.0), contention_values=(1.0, 2.0),
              sensitive_values=(0.0, 1.0), extra_seeds=(1, 2))  # fmt: skip

@@ -23,12 +23,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import paper_eval as pe  # noqa: E402  (the evaluation's workload, shapes and settings, unchanged)
 
-from themis_slurm.core.arbiter import ArbiterConfig  # noqa: E402
+from themis_slurm.core.arbiter import PAPER_RANKING, ArbiterConfig  # noqa: E402
 from themis_slurm.sim.engine import SimConfig  # noqa: E402
 
 #: name -> the knobs it changes from the defaults (the evaluation's: ArbiterConfig's, with its seed and solver)
 VARIANTS: dict[str, dict] = {
-    "paper: rho, f 0.8": pe.PAPER_RANKING,
+    "paper: rho, f 0.8": PAPER_RANKING,
     "share 2 + reservations, f 0.8": {"fairness_knob": 0.8},
     "share 2, f 0.9, no reservations": {"reserve_wide_gangs": False},
     "default: share 2 + reservations, f 0.9": {},

@@ -38,9 +38,13 @@ from themis_slurm.core.state import ClusterState
 from themis_slurm.core.wide_gangs import keep_wide_gangs
 from themis_slurm.core.winners import determine_winners
 
-__all__ = ["ArbiterConfig", "SOLVERS", "bidders_offered", "run_round"]
+__all__ = ["PAPER_RANKING", "ArbiterConfig", "SOLVERS", "bidders_offered", "run_round"]
 
 SOLVERS = ("auto", "exact", "fast")
+
+#: The knobs that give the paper's ranking (rho under what apps keep, f = 0.8, no reservations): the defaults
+#: before ranking at a fair share (docs/design.md), for `dataclasses.replace(config, **PAPER_RANKING)`.
+PAPER_RANKING = {"fairness_knob": 0.8, "rank_at_share": 0.0, "reserve_wide_gangs": False}
 
 
 @dataclass(frozen=True)

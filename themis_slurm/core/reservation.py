@@ -22,8 +22,7 @@ from themis_slurm.core.workload import Job, Lease
 def reserve_for_wide_gang(rs: RoundState) -> None:
     """Reservation phase: start the gang on its reservation, or hold the part of it that is free now."""
     topo, now = rs.state.topology, rs.now
-    homed = frozenset(g for gpus in rs.homes.values() for g in gpus)
-    res = _pick_gang(topo, now, rs.cfg.lease_s, rs.bidders, rs.pool, rs.held, rs.jobs, homed)
+    res = _pick_gang(topo, now, rs.cfg.lease_s, rs.bidders, rs.pool, rs.held, rs.jobs, rs.homes)
     if res is None:
         return
     ag, job, target, start_by = res
@@ -45,7 +44,7 @@ def reserve_for_wide_gang(rs: RoundState) -> None:
 
 def _pick_gang(
     topo: Topology, now: float, lease_s: float, bidders: Sequence[Agent], pool: Pool,
-    held: Mapping[str, Lease], jobs: Mapping[str, Job], homed: frozenset[int] = frozenset(),
+    held: Mapping[str, Lease], jobs: Mapping[str, Job], homes: Mapping[str, frozenset[int]] | None = None,
 ) -> tuple[Agent, Job, frozenset[int], float] | None:
     """The gang to reserve for, the GPUs it gets, and when they are all free (None: nothing to reserve).
 
@@ -58,11 +57,12 @@ def _pick_gang(
     free now win (then the earliest completion): the GPUs reserved in the previous round are free, so the
     reservation stays where it is and grows as the leases on its nodes expire, instead of moving to
     whichever nodes look soonest and displacing other jobs again. Among nodes as free, those whose GPUs
-    are nobody's home win (`homed`: GPUs of leases expiring now, whose holders would otherwise renew in
+    are nobody's home win (`homes`: the leases expiring now, whose holders would otherwise renew in
     place): a gang placed on a holder's node while an equal node idles moves the holder for nothing (one
     restart). Only one reservation per round; a reserved GPU idles at most until the last lease on its
     nodes expires (at most one lease).
     """
+    homed: frozenset[int] | None = None  # built once, and only when some bidder has an eligible gang
     for ag in bidders:
         job = next((j for j in ag.jobs if j.gpus >= WIDE_GANG_GPUS and not j.elastic and j.id not in ag.homes
                     and now - j.submit >= lease_s), None)  # fmt: skip
@@ -72,6 +72,8 @@ def _pick_gang(
         for lease in held.values():
             if jobs[lease.job_id].preemptible and math.isfinite(lease.expiry):
                 avail.update({g: lease.expiry for g in lease.gpus})
+        if homed is None:
+            homed = frozenset(g for gpus in (homes or {}).values() for g in gpus)
         found = _reserve_on(topo, avail, now, job, homed)
         if found is not None:
             return ag, job, found[0], found[1]

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from themis_slurm.core.arbiter import ArbiterConfig, run_round
+from themis_slurm.core.arbiter import PAPER_RANKING, ArbiterConfig, run_round
 from themis_slurm.core.decision import Decision, ReservationNote
 from themis_slurm.core.topology import Topology
 from themis_slurm.policies.base import PolicyContext, ThemisPolicy
@@ -36,8 +36,7 @@ REPO = Path(__file__).resolve().parents[3]
 GOLDEN = REPO / "tests" / "fixtures" / "golden"
 PHILLY = REPO.parent / "shared" / "traces" / "philly_mix1.csv"
 RECORD = os.environ.get("THEMIS_GOLDEN_RECORD") == "1"
-#: the paper's ranking, as the defaults were when the first recordings were made
-PAPER = {"fairness_knob": 0.8, "rank_at_share": 0.0, "reserve_wide_gangs": False}
+PAPER = PAPER_RANKING  # the defaults when the first recordings were made
 
 
 def _f(x: float | None) -> float | str | None:
