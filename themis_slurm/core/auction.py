@@ -259,7 +259,8 @@ class FastSolver:
     Runs the density greedy; on rounds of at most `search_max_jobs` waiting jobs also the absolute-gain
     greedy, the density greedy after placing first the first gang of each of the `seeds` apps whose first
     gang is worth the most, and a ruin-and-recreate pass over the winners (single winners, and pairs when
-    there are at most `pair_max_winners`); keeps the best. Each greedy run is O(gangs log apps)
+    there are at most `pair_max_winners`; only when some bidder waits with a gang of two or more GPUs:
+    the pass repairs gang packing, and one-GPU gangs have none to repair); keeps the best. Each greedy run is O(gangs log apps)
     placements; large rounds get the plain greedy only, which is where it is closest to optimal.
     """
 
@@ -284,7 +285,15 @@ class FastSolver:
             bundles = {aid: by_id[aid].bundle(gangs) for aid, gangs in best.items()}
             return Allocation(bundles, sum(b.gain for b in bundles.values()), self.name)
         best_v = value(best)
-        tries: list[tuple[str, Gang | None, bool]] = [("gain", None, True), ("density", None, False)]
+        # Tries that would repeat the first fill exactly are left out: with one-GPU gangs only, a gang's
+        # gain per GPU is its gain ("gain" orders the heap the same); `elastic_small` changes only the offers
+        # of elastic gangs of two or more GPUs. Most rounds of a paper-size run are one-GPU rounds.
+        one_gpu = all(j.gpus == 1 for a in agents for j in a.jobs)
+        tries: list[tuple[str, Gang | None, bool]] = []
+        if not one_gpu:
+            tries.append(("gain", None, True))
+            if any(j.elastic for a in agents for j in a.jobs if j.gpus > 1):
+                tries.append(("density", None, False))
         firsts: list[tuple[float, str, Gang]] = []
         for a in agents:
             for job in a.jobs:
@@ -307,8 +316,9 @@ class FastSolver:
                 best, best_v = got, v
         # one bidder: ruining its gangs and refilling repeats the first fill and the "gain" try above
         # exactly (the same greedy on the same pool), so the search cannot improve on them; with f = 0.9
-        # most rounds have one bidder, and the search was a quarter of a paper-size simulation
-        if len(agents) > 1 and len(best) <= self.improve_max_winners:
+        # most rounds have one bidder, and the search was a quarter of a paper-size simulation. Only
+        # one-GPU gangs: nothing to repack (docs/design.md, "Fast": it never improved on such rounds)
+        if len(agents) > 1 and len(best) <= self.improve_max_winners and not one_gpu:
             best, best_v = self._ruin_and_recreate(agents, pool, best, best_v, value)
         bundles = {aid: by_id[aid].bundle(gangs) for aid, gangs in best.items()}
         return Allocation(bundles, sum(b.gain for b in bundles.values()), self.name)

@@ -106,7 +106,7 @@ def rho_at_share(agent: Agent, fair_gpus: float) -> float:
     app = agent.app
     if agent.base <= 0 and app.finished_work <= 0 and all(j.service <= 0 for j in app.jobs):
         return agent.rho_base
-    demand = float(sum(j.gpus for j in app.jobs))
+    demand = float(agent.model.demand(app))
     return agent.rho_of(max(0.0, min(demand, fair_gpus) - agent.base))
 
 

@@ -86,7 +86,7 @@ class FairnessModel:
         if self.job_facts is None:  # the shared cache: same numbers, computed once per Job object
             SHARED.use(self.topology)
             object.__setattr__(self, "job_facts", SHARED)
-        object.__setattr__(self, "_facts", {})  # id(app) -> (app, facts(app))
+        object.__setattr__(self, "_facts", {})  # id(app) -> (app, facts(app), demand(app))
 
     def best_factor(self, job: Job) -> float:
         return self.job_facts.best_factor(job)  # type: ignore[union-attr]
@@ -107,6 +107,18 @@ class FairnessModel:
         hit = self._facts.get(id(app))  # type: ignore[attr-defined]
         if hit is not None and hit[0] is app:  # the app is kept in the entry, so its id is not reused
             return hit[1]
+        return self._compute(app)[1]
+
+    def demand(self, app: App) -> int:
+        """:attr:`App.demand` (GPUs all its unfinished jobs ask for at once), from the pass that computes
+        :meth:`facts`: the ranking asks for it of every app every round."""
+        hit = self._facts.get(id(app))  # type: ignore[attr-defined]
+        if hit is not None and hit[0] is app:
+            return hit[2]
+        return self._compute(app)[2]
+
+    def _compute(self, app: App) -> tuple[App, tuple[float, float, float], int]:
+        """facts(app) and demand(app) in one pass over its jobs, kept for the model's life."""
         cache = self.job_facts
         assert cache is not None
         arrival = app.arrival
@@ -171,9 +183,9 @@ class FairnessModel:
             share = min(float(max(app.peak_gpus, gpus)), self.cluster_gpus / max(1.0, app.contention))
             factor = work_factor / work if app.jobs else 1.0
             t_id = max(total / (max(share, 1e-9) * factor), t_path)
-        facts = (t_id, remaining, rem_path)
-        self._facts[id(app)] = (app, facts)  # type: ignore[attr-defined]
-        return facts
+        entry = (app, (t_id, remaining, rem_path), gpus)
+        self._facts[id(app)] = entry  # type: ignore[attr-defined]
+        return entry
 
     def t_sh(self, app: App, now: float, throughput: float) -> float:
         """Estimated finish time in the shared cluster under an allocation of `throughput`."""

@@ -126,9 +126,14 @@ class App:
         return max((j.remaining / j.gpus for j in self.jobs), default=0.0)
 
     @property
+    def demand(self) -> int:
+        """GPUs its unfinished jobs ask for at once (each job's full gang)."""
+        return sum(j.gpus for j in self.jobs)
+
+    @property
     def max_parallelism(self) -> int:
         """GPUs the app could use at once: its peak demand (at least what its current jobs ask for)."""
-        return max(self.peak_gpus, sum(j.gpus for j in self.jobs))
+        return max(self.peak_gpus, self.demand)
 
 
 def job_path(job: Job, arrival: float, factor: float = 1.0) -> float:

@@ -126,7 +126,7 @@ class FairSharePolicy:
         pad = BaselineScratchpad(ctx.state, self.name)
         now = pad.now
         capacity = ctx.state.managed_gpus
-        demand = {a.id: float(sum(j.gpus for j in a.jobs)) for a in ctx.state.apps}
+        demand = {a.id: float(a.demand) for a in ctx.state.apps}
         share = water_fill(capacity, demand)
         held = {aid: float(n) for aid, n in pad.app_gpus().items()}
         arrival = {a.id: (a.arrival, a.id) for a in ctx.state.apps}

@@ -54,7 +54,7 @@ def ftf_shares(apps: list[App], model: FairnessModel, now: float, capacity: floa
 
     Each app's numbers are read once per call, not at each of the bisection's some 25 steps.
     """
-    demand = {a.id: float(sum(j.gpus for j in a.jobs)) for a in apps}
+    demand = {a.id: float(a.demand) for a in apps}
     rows = []  # (t_id, remaining, path, elapsed, the most GPUs it may use) per app, in app order
     for a in apps:
         t_id, remaining, path = model.facts(a)

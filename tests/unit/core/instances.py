@@ -85,3 +85,32 @@ def said(x: object) -> str:
         return reasons.renewal(x)
     assert isinstance(x, Preemption)
     return reasons.preemption_cause(x.cause)
+
+
+def random_one_gpu_round(rng: random.Random) -> tuple[list[Agent], Pool]:
+    """2 to 6 bidders whose waiting jobs are all one-GPU gangs, some of them lease holders whose home GPU
+    is in the pool, on a small random cluster: the shape of most rounds of a paper-size simulation."""
+    while True:
+        topo = Topology.uniform(rng.randint(1, 2), rng.randint(1, 2), rng.choice([2, 4]), 1)
+        free = [g for g in range(topo.size) if rng.random() < 0.7]
+        if free:
+            break
+    rng.shuffle(free)
+    model = FairnessModel(topo, topo.size, 0.1)
+    agents = []
+    homed = 0
+    for a in range(rng.randint(2, 6)):
+        jobs = tuple(
+            Job(id=f"a{a}j{k}", app_id=f"a{a}", gpus=1, work=rng.uniform(100, 5000), done=rng.uniform(0, 50),
+                profile=rng.choice(PROFILES), elastic=rng.random() < 0.2, submit=rng.uniform(0, 900))
+            for k in range(rng.randint(1, 6))
+        )  # fmt: skip
+        app = App(f"a{a}", f"u{a}", rng.uniform(0, 900), jobs, contention=rng.uniform(1, 4))
+        homes = {}
+        for j in jobs:
+            if homed < len(free) and rng.random() < 0.4:
+                homes[j.id] = frozenset([free[homed]])
+                homed += 1
+        base = rng.choice([0.0, 0.0, 1.0, 2.0])
+        agents.append(Agent(app, model, 1000.0, base, list(jobs), homes, rng.choice([0.05, 0.05, 0.3])))
+    return agents, Pool(topo, free)
