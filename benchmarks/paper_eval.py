@@ -11,7 +11,7 @@ Experiments (all deterministic for the seeds below):
      with and without progress reports (jobs report their fraction done every PROGRESS_S seconds), all with
      estimate calibration (the default); Themis also without it, to show what calibration buys.
 
-    python benchmarks/paper_eval.py            # full: 84 apps as in the paper (FULL below), 26 min with 2 workers (idle 2-core machine)
+    python benchmarks/paper_eval.py            # full: 84 apps as in the paper (FULL below), about 10 min with 2 workers (2-core machine)
     python benchmarks/paper_eval.py --quick    # a small smoke version, to check the pipeline (about 2 min)
 
 Simulations run in parallel worker processes (--workers, default 2); each is deterministic, so the document
@@ -66,8 +66,8 @@ class Scale:
     solver: str = "fast"  # Themis's winner determination (auto: 15-46x the time at 84 apps, no lower max rho; docs/design.md)
 
 
-# Measured here (commit d01eae6, 2 workers on an idle 2-core machine): 26.0 min; the simulations' own times sum
-# to 3,113 s (Themis 1,014 s over 22 runs of 33-113 s, ftf 625, tiresias 433, maxmin 392, the rest under 200).
+# Measured here (commit fd80037, 2 workers on an idle 2-core machine): 9.4 min; the simulations' own times sum
+# to 1,120 s (Themis 504 s over 27 runs of 14-24 s, the contention-2 one 53 s; ftf 210, maxmin 125, tiresias 89).
 FULL = Scale(apps=84, seed=0, round_interval_s=120.0, philly_jobs=None, f_values=(0.5, 0.8, 0.9, 0.95),
              lease_values=(300.0, 600.0, 1200.0), contention_values=(1.0, 2.0),
              sensitive_values=(0.0, 1.0), extra_seeds=(1, 2))  # fmt: skip
