@@ -106,6 +106,7 @@ class Agent:
         self._tid, self._remaining, self._path = model.facts(app)
         self._elapsed = max(0.0, now - app.arrival)
         self._idle = model.idle_throughput
+        self._times: tuple[float, ...] | None = None  # model.one_gpu_times(app), fetched when first needed
         self.rho_base = self.rho_of(0.0)
 
     def with_started(self, job_id: str, throughput: float) -> Agent:
@@ -129,7 +130,18 @@ class Agent:
             return 1.0
         x = self.base + extra_throughput
         if x >= self._idle:  # shared_finish, inlined: this is the auction's innermost call
-            return (self._elapsed + max(self._remaining / x, self._path)) / tid
+            remaining, path = self._remaining, self._path
+            finish = max(remaining / x, path)
+            if x >= 1.0 and remaining < 2.0 * path * x:  # fairness._pairs_may_bind: then the pair floor
+                times = self._times
+                if times is None:
+                    times = self._times = self.model.one_gpu_times(self.app)
+                m = math.ceil(x - 1e-9)
+                if m < len(times):
+                    pair = times[m - 1] + times[m]
+                    if pair > finish:
+                        finish = pair
+            return (self._elapsed + finish) / tid
         return (self._elapsed + max(self._remaining, self._path)) / self._idle / tid
 
     def gain_of(self, extra_throughput: float) -> float:

@@ -13,6 +13,12 @@ Choices (docs/design.md, "Finish-time fairness", has the reasons):
   ``T_sh = (now - arrival) + max(remaining_work / X, path)``, the authors' online estimate generalised to
   several jobs (an app keeps feeding its jobs into the GPUs it holds), with `path` the longest remaining
   job on its own gang: extra GPUs cannot finish an app before its longest job.
+* **Pairs** (T_sh only): with m GPUs (X rounded up) and more than m one-GPU jobs, two of its m + 1
+  longest jobs must share a GPU, one after the other, so T_sh is also floored by the sum of the m-th and
+  (m+1)-th longest remaining run times (:func:`pair_floor`, the classic lower bound on the makespan of jobs
+  on identical machines). The fluid remaining_work / X spreads a waiting job's work over GPUs that are
+  busy with others, and put an app that had one job more than GPUs at rho 1.00 while that job waited.
+  T_id keeps the fluid share: it is the yardstick the evaluation measures against (docs/design.md).
 * **Critical path**: T_id is floored the same way, by the longest job's submit offset plus its run time on
   its own gang at the best placement (:func:`~themis_slurm.core.workload.job_path`): a private cluster of
   any size cannot finish a 5-hour one-GPU job in 3 hours. Without the floor an app of a few long one-GPU
@@ -27,7 +33,8 @@ Choices (docs/design.md, "Finish-time fairness", has the reasons):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import is_
 
@@ -87,6 +94,7 @@ class FairnessModel:
             SHARED.use(self.topology)
             object.__setattr__(self, "job_facts", SHARED)
         object.__setattr__(self, "_facts", {})  # id(app) -> (app, facts(app), demand(app))
+        object.__setattr__(self, "_times", {})  # id(app) -> (app, one_gpu_times(app))
 
     def best_factor(self, job: Job) -> float:
         return self.job_facts.best_factor(job)  # type: ignore[union-attr]
@@ -187,32 +195,74 @@ class FairnessModel:
         self._facts[id(app)] = entry  # type: ignore[attr-defined]
         return entry
 
+    def one_gpu_times(self, app: App) -> tuple[float, ...]:
+        """The remaining run times of `app`'s one-GPU jobs, longest first (:func:`pair_floor`'s input); made
+        when first asked for (only an allocation near the app's critical path needs it), once per model."""
+        hit = self._times.get(id(app))  # type: ignore[attr-defined]
+        if hit is not None and hit[0] is app:
+            return hit[1]
+        numbers = self.job_facts.numbers  # type: ignore[union-attr]
+        times = tuple(sorted((numbers(j)[1] for j in app.jobs if j.gpus == 1), reverse=True))
+        self._times[id(app)] = (app, times)  # type: ignore[attr-defined]
+        return times
+
     def t_sh(self, app: App, now: float, throughput: float) -> float:
         """Estimated finish time in the shared cluster under an allocation of `throughput`."""
         _, remaining, path = self.facts(app)
-        return shared_finish(max(0.0, now - app.arrival), remaining, throughput, self.idle_throughput, path)
+        times = self.one_gpu_times(app) if _pairs_may_bind(remaining, throughput, path) else ()
+        return shared_finish(max(0.0, now - app.arrival), remaining, throughput, self.idle_throughput, path, times)
 
     def rho(self, app: App, now: float, throughput: float) -> float:
         """rho = T_sh / T_id; 1.0 for an app with no work at all."""
-        tid, remaining, path = self.facts(app)
+        tid = self.facts(app)[0]
         if tid <= 0:
             return 1.0
-        return shared_finish(max(0.0, now - app.arrival), remaining, throughput, self.idle_throughput, path) / tid
+        return self.t_sh(app, now, throughput) / tid
+
+
+def _pairs_may_bind(remaining: float, throughput: float, path: float) -> bool:
+    """Whether :func:`pair_floor` can exceed max(remaining / X, path): it is at most twice the longest
+    remaining one-GPU job, so not when the fluid finish is already twice the path (most apps, most X)."""
+    return throughput >= 1.0 and remaining < 2.0 * path * throughput
+
+
+def pair_floor(times: Sequence[float], throughput: float) -> float:
+    """The earliest an app's one-GPU jobs can all end on `throughput` GPUs (`times`: their remaining run
+    times, longest first): with m = ceil(X) GPUs and more than m such jobs, two of the m + 1 longest share a
+    GPU, so the later of the two ends no sooner than ``times[m - 1] + times[m]``. 0 when it does not apply.
+
+    Never rises with X (a larger m picks shorter jobs), and at one GPU never exceeds the remaining work, so
+    T_sh keeps falling with X and the no-allocation rule (one GPU's T_sh / idle_throughput) is unchanged.
+    """
+    m = math.ceil(throughput - 1e-9)
+    if 1 <= m < len(times):
+        return times[m - 1] + times[m]
+    return 0.0
 
 
 def shared_finish(
-    elapsed: float, remaining: float, throughput: float, idle_throughput: float, path: float = 0.0
+    elapsed: float,
+    remaining: float,
+    throughput: float,
+    idle_throughput: float,
+    path: float = 0.0,
+    one_gpu_times: Sequence[float] = (),
 ) -> float:
-    """T_sh = elapsed + max(remaining / X, path); with no allocation (X < idle_throughput), T_sh at one GPU
-    divided by idle_throughput.
+    """T_sh = elapsed + max(remaining / X, path, pair floor); with no allocation (X < idle_throughput), T_sh
+    at one GPU divided by idle_throughput.
 
     `path` is the longest remaining job's run time on its own gang (:attr:`App.remaining_path`): more GPUs
     cannot finish the app before its longest job, so they stop lowering rho there, as in T_id's floor.
+    `one_gpu_times` (the remaining run times of the app's one-GPU jobs, longest first) add
+    :func:`pair_floor`: with fewer GPUs than such jobs, some of them run one after another.
     The no-allocation value keeps rho(nothing) = rho(one GPU) / idle_throughput for every elapsed time
     (module docstring): it is the largest T_sh for any X >= 0, so T_sh never increases with X.
     """
     if throughput >= idle_throughput:
-        return elapsed + max(remaining / throughput, path)
+        finish = max(remaining / throughput, path)
+        if one_gpu_times:
+            finish = max(finish, pair_floor(one_gpu_times, throughput))
+        return elapsed + finish
     return (elapsed + max(remaining, path)) / idle_throughput
 
 
@@ -231,4 +281,5 @@ def app_throughput(
     return sum(job_throughput(jobs[jid], g, topology) for jid, g in holdings.items() if jid in jobs)
 
 
-__all__ = ["ContentionClock", "FairnessModel", "Level", "app_throughput", "job_throughput", "shared_finish"]
+__all__ = ["ContentionClock", "FairnessModel", "Level", "app_throughput", "job_throughput", "pair_floor",
+           "shared_finish"]

@@ -168,3 +168,51 @@ def test_throughput_beyond_remaining_over_path_does_not_lower_rho() -> None:
     done = App("a", "u", 0.0, (Job("long", "a", 1, 5 * H, done=4 * H, profile="none"),
                                Job("short", "a", 1, H, profile="none")))  # fmt: skip
     assert done.remaining_path == pytest.approx(H)  # remaining / gpus of the longest remaining job
+
+
+def test_pair_floor_hand_computed() -> None:
+    """Five one-GPU jobs of 3, 3, 2, 2, 1 h left (work 11 h, path 3 h), one hour after arrival:
+    X = 4: fluid 11/4 = 2.75 h, but two of the five share a GPU: floor times[3] + times[4] = 2 + 1 = 3 h
+    (= the path here); X = 3: fluid 3.67 h, pair 2 + 2 = 4 h -> T_sh 1 + 4 = 5 h; X = 2.5 rounds up to
+    3 GPUs (the same); X = 2: fluid 5.5 h > pair 3 + 2; X = 5: every job its own GPU, the path 3 h."""
+    from themis_slurm.core.fairness import pair_floor
+
+    times = (3 * H, 3 * H, 2 * H, 2 * H, 1 * H)
+    assert pair_floor(times, 4.0) == pytest.approx(3 * H)
+    assert pair_floor(times, 3.0) == pair_floor(times, 2.5) == pytest.approx(4 * H)
+    assert pair_floor(times, 5.0) == pair_floor(times, 64.0) == 0.0
+    assert pair_floor(times, 0.5) == pytest.approx(6 * H)  # one GPU: never above the remaining work
+    assert shared_finish(H, 11 * H, 3.0, 0.1, 3 * H, times) == pytest.approx(5 * H)
+    assert shared_finish(H, 11 * H, 3.0, 0.1, 3 * H) == pytest.approx(H + 11 * H / 3)  # without: fluid
+    assert shared_finish(H, 11 * H, 2.0, 0.1, 3 * H, times) == pytest.approx(H + 5.5 * H)
+    m = model(64)
+    jobs = tuple(Job(f"j{k}", "a", 1, t, profile="none") for k, t in enumerate(times))
+    app = App("a", "u", 0.0, jobs)
+    assert m.one_gpu_times(app) == times
+    assert m.t_sh(app, H, 3.0) == pytest.approx(5 * H)
+    assert m.rho(app, H, 0.0) == pytest.approx(10 * m.rho(app, H, 1.0))  # nothing: still 10x one GPU
+
+
+@given(
+    runs=st.lists(st.floats(1.0, 1e5), min_size=1, max_size=12),
+    wide=st.integers(0, 2),
+    x1=st.floats(0, 20),
+    x2=st.floats(0, 20),
+    elapsed=st.floats(0, 1e5),
+)
+def test_rho_with_pair_floor_never_rises_with_throughput(
+    runs: list[float], wide: int, x1: float, x2: float, elapsed: float
+) -> None:
+    """With one-GPU jobs (and some 2-GPU gangs, which the floor leaves out) T_sh never rises with X, and
+    the agent's inlined rho is the model's rho."""
+    from themis_slurm.core.agent import Agent
+
+    m = FairnessModel(Topology.uniform(1, 4, 4), 16, 0.1)
+    jobs = [Job(f"j{k}", "a", 1, r, profile="none") for k, r in enumerate(runs)]
+    jobs += [Job(f"w{k}", "a", 2, 2 * runs[0], profile="none") for k in range(wide)]
+    app = App("a", "u", 0.0, tuple(jobs), contention=2)
+    lo, hi = sorted((x1, x2))
+    assert m.rho(app, elapsed, hi) <= m.rho(app, elapsed, lo) + 1e-12
+    agent = Agent(app, m, elapsed, lo, jobs)
+    assert agent.rho_base == m.rho(app, elapsed, lo)
+    assert agent.rho_of(hi - lo) == pytest.approx(m.rho(app, elapsed, hi), rel=1e-12)

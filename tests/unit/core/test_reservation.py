@@ -264,12 +264,13 @@ def test_no_reservation_for_a_one_gpu_job(solver: str) -> None:
 def test_expiring_holder_counts_as_free_and_is_preempted(solver: str) -> None:
     """H's leases on GPUs 2, 3 expire now (node2 busy until +500): node1 is all in the pool, the gang starts
     on it now and the holders h2, h3 lose their GPUs. H is ranked (its leases expire) but is no worse
-    than W: base 4 GPUs (node2), T_id = max(6e6 / (8/3), 1e6) = 2.25e6,
-    rho = (10000 + max(6e6 / 4, 1e6)) / 2.25e6 = 0.671."""
+    than W: base 4 GPUs (node2), T_id = max(6e6 / (8/3), 1e6) = 2.25e6; on 4 GPUs two of its six 1e6-s
+    jobs run one after the other (fairness.pair_floor), rho = (10000 + max(6e6 / 4, 1e6, 2e6)) / 2.25e6
+    = 0.893."""
     state = _state({0, 1}, {2: 0.0, 3: 0.0, 4: 500.0, 5: 500.0, 6: 500.0, 7: 500.0})
     d = _run(state, solver)
     assert (d.apps["W"].rank, d.apps["O"].rank, d.apps["H"].rank) == (1, 2, 3)
-    assert d.apps["H"].rho_before == pytest.approx(1.51e6 / 2.25e6)
+    assert d.apps["H"].rho_before == pytest.approx(2.01e6 / 2.25e6)
     assert _grants(d) == [("w1", [0, 1, 2, 3], "reservation")]
     assert sorted((p.job_id, sorted(p.gpus)) for p in d.preemptions) == [("h2", [2]), ("h3", [3])]
     assert not d.renewals and d.reserved_gpus == frozenset()

@@ -137,8 +137,10 @@ def test_bidder_stops_keeping_gpus_at_the_worst_rho_outside_the_auction(solver: 
     X wins all 8 GPUs (alone, c = 1) but keeps gangs only while its rho is above 26.667: after 1 gang
     27.667 > level, after 2 gangs 26.333 <= level -> kept 2. The 6 other GPUs go to the leftover, where
     X (cut short by the stop) rejoins Y and Z as an equal, worst rho first: Y and Z (26.667) get one GPU
-    each (rho (0 + 10800) / 4050 = 2.667), then X (26.333, then 25.889, 25.667, 25.533) takes the last
-    four: rho (270000 + 28800 / 6) / 10800 = 25.444. Nothing idles.
+    each (rho (0 + 10800) / 4050 = 2.667), then X (26.333, then 25.889, 25.667, 25.667) takes the last
+    four. On six GPUs two of X's eight one-hour jobs run one after the other, so its T_sh is floored by the
+    pair 3600 + 3600 (fairness.pair_floor; the fluid 28800 / 6 = 4800 would be sooner): rho
+    (270000 + 7200) / 10800 = 25.667. Nothing idles.
     """
     topo = Topology.uniform(1, 2, 4)
     now = 270000.0
@@ -157,7 +159,7 @@ def test_bidder_stops_keeping_gpus_at_the_worst_rho_outside_the_auction(solver: 
     assert ry.rho_before == pytest.approx(26.0 + 2 / 3) and rz.rho_before == pytest.approx(26.0 + 2 / 3)
     assert rx.won_gpus == 8 and rx.kept_gpus == 2 and rx.leftover_gpus == 4
     assert "kept 2" in said(rx) and "worst outside the auction" in said(rx)
-    assert rx.rho_after == pytest.approx((270000 + 4800) / 10800)
+    assert rx.rho_after == pytest.approx((270000 + 7200) / 10800)
     per_app = {aid: sorted(g.source for g in d.grants if g.app_id == aid) for aid in ("X", "Y", "Z")}
     assert per_app == {"X": ["auction"] * 2 + ["leftover"] * 4, "Y": ["leftover"], "Z": ["leftover"]}
     assert ry.leftover_gpus == 1 and rz.leftover_gpus == 1
