@@ -59,7 +59,11 @@ class Agent:
 
     `jobs` are the app's jobs that want GPUs this round, in bidding order; `homes` maps lease holders
     (whose lease expires now) to the GPUs they hold, so that they can be renewed in place;
-    `base_throughput` is what the app keeps from leases that do not expire. `start_cost` is the fraction
+    `base_throughput` is what the app keeps from leases that do not expire, and `kept_free_s` how soon the
+    first of those GPUs frees up (the shortest remaining run time among the jobs that keep them; inf when it
+    keeps none): under what it keeps, its waiting jobs start no sooner, so its longest waiting job ends no
+    sooner than that plus its own run time (the kept-GPU floor of T_sh at no extra GPU, docs/design.md,
+    "Finish-time fairness"). `start_cost` is the fraction
     of a lease a gang loses when it has to start (restart cost / lease length): a gang placed anywhere
     but its home is valued at that much less throughput, so GPUs move between jobs only when the move
     is worth a restart (this damps lease churn between near-equal apps).
@@ -74,6 +78,7 @@ class Agent:
         jobs: Sequence[Job],
         homes: Mapping[str, frozenset[int]] | None = None,
         start_cost: float = 0.0,
+        kept_free_s: float = math.inf,
     ) -> None:
         if not 0.0 <= start_cost < 1.0:
             raise ValueError(f"start_cost must be in [0, 1), got {start_cost}")
@@ -107,6 +112,12 @@ class Agent:
         self._elapsed = max(0.0, now - app.arrival)
         self._idle = model.idle_throughput
         self._times: tuple[float, ...] | None = None  # model.one_gpu_times(app), fetched when first needed
+        self._wait_floor = 0.0  # T_sh's floor (after elapsed) at no extra GPU: see the class docstring
+        if kept_free_s < math.inf and self.jobs:
+            # the longest waiting job: the first lease holder or the first other job (each part is sorted
+            # longest remaining run first, see _order)
+            heads = (self.jobs[0], self.jobs[len(self.homes)] if len(self.jobs) > len(self.homes) else self.jobs[0])
+            self._wait_floor = kept_free_s + max(j.remaining / j.gpus for j in heads)
         self.rho_base = self.rho_of(0.0)
 
     def with_started(self, job_id: str, throughput: float) -> Agent:
@@ -120,6 +131,7 @@ class Agent:
         new._plain = {k: v for k, v in self._plain.items() if k != job_id}
         new._profiles = {k: v for k, v in self._profiles.items() if k != job_id}
         new.homes = {k: v for k, v in self.homes.items() if k != job_id}
+        new._wait_floor = 0.0  # what it keeps changed: no kept-GPU floor (T_sh can only be lower without it)
         new.rho_base = new.rho_of(0.0)
         return new
 
@@ -141,6 +153,8 @@ class Agent:
                     pair = times[m - 1] + times[m]
                     if pair > finish:
                         finish = pair
+            if extra_throughput <= 0.0 and self._wait_floor > finish:
+                finish = self._wait_floor
             return (self._elapsed + finish) / tid
         return (self._elapsed + max(self._remaining, self._path)) / self._idle / tid
 

@@ -54,13 +54,18 @@ def rank_by_rho(rs: RoundState) -> None:
     """
     held, jobs = rs.held, rs.jobs
     throughput_on = rs.model.job_facts.throughput_on  # type: ignore[union-attr]
+    numbers = rs.model.job_facts.numbers  # type: ignore[union-attr]
     kept: dict[str, float] = {}  # app -> throughput of the leases it keeps, summed in lease order
     n_held: dict[str, int] = {}  # app -> how many of its jobs keep their leases
+    free_at: dict[str, float] = {}  # app -> the shortest remaining run time among those jobs
     for jid, lease in held.items():
         job = jobs[jid]
         aid = job.app_id
         kept[aid] = kept.get(aid, 0.0) + throughput_on(job, lease.gpus)
         n_held[aid] = n_held.get(aid, 0) + 1
+        run_s = numbers(job)[1]
+        if run_s < free_at.get(aid, math.inf):
+            free_at[aid] = run_s
     homing = {jobs[jid].app_id for jid in rs.homes}
     for app in rs.state.apps:
         base = kept.get(app.id, 0.0)
@@ -75,8 +80,9 @@ def rank_by_rho(rs: RoundState) -> None:
             waiting = [j for j in app_jobs if j.id not in held]
         if waiting:
             homes = {j.id: rs.homes[j.id] for j in waiting if j.id in rs.homes} if app.id in homing else {}
-            ag = rs.agents[app.id] = Agent(app, rs.model, rs.now, base, waiting, homes, rs.restart_discount)
-            rs.rho_now[app.id] = ag.rho_base  # the same float as model.rho(app, now, base): the same formula
+            ag = rs.agents[app.id] = Agent(app, rs.model, rs.now, base, waiting, homes, rs.restart_discount,
+                                           free_at.get(app.id, math.inf))  # fmt: skip
+            rs.rho_now[app.id] = ag.rho_base  # model.rho(app, now, base) with the kept-GPU floor (agent.py)
         else:
             rs.rho_now[app.id] = rs.model.rho(app, rs.now, base)
     share = rs.cfg.rank_at_share

@@ -254,3 +254,20 @@ def test_bidders_offered_is_floor_of_one_minus_f_times_n_without_rounding_errors
     assert [bidders_offered(0.8, n) for n in (0, 1, 4, 5, 9, 10, 20, 84)] == [0, 1, 1, 1, 1, 2, 4, 16]
     assert [bidders_offered(0.5, n) for n in (3, 4)] == [1, 2]
     assert bidders_offered(0.0, 3) == 3 and bidders_offered(0.95, 100) == 5
+
+
+def test_the_round_ranks_an_app_whose_longest_job_waits_by_the_kept_gpu_floor() -> None:
+    """The round passes each app when its first kept GPU frees up (core/bidding.py): A keeps GPUs 0-2 for
+    jobs with 1 h left (leases to now + 600 s) while its 2-hour job waits, one hour after arrival. Its rho
+    before the round is (1 h + 1 h + 2 h) / T_id 2 h = 2.0 (test_fairness has the arithmetic); the free
+    GPU 3 goes to its waiting job, and after the round its rho is the path's, 1.5."""
+    h = 3600.0
+    topo = Topology.uniform(1, 1, 4)
+    kept = tuple(Job(f"k{i}", "A", 1, h, profile="none") for i in range(3))
+    app = App("A", "u", 0.0, (Job("long", "A", 1, 2 * h, profile="none"), *kept))
+    leases = tuple(Lease(f"k{i}", frozenset({i}), 0.0, h + 600.0) for i in range(3))
+    state = ClusterState(topo, h, frozenset({3}), leases, (app,))
+    d = run_round(state, ArbiterConfig())
+    assert d.apps["A"].rho_before == pytest.approx(2.0)
+    assert [g.job_id for g in d.grants] == ["long"]
+    assert d.apps["A"].rho_after == pytest.approx(1.5)

@@ -216,3 +216,23 @@ def test_rho_with_pair_floor_never_rises_with_throughput(
     agent = Agent(app, m, elapsed, lo, jobs)
     assert agent.rho_base == m.rho(app, elapsed, lo)
     assert agent.rho_of(hi - lo) == pytest.approx(m.rho(app, elapsed, hi), rel=1e-12)
+
+
+def test_kept_gpu_floor_when_the_longest_job_waits() -> None:
+    """An app keeps three GPUs whose jobs have 1 h left each; its 2-hour job waits. Fluid: (3 + 2) h / 3 =
+    1.67 h; path 2 h; pair floor (times 2, 1, 1, 1 on 3 GPUs) 1 + 1 = 2 h. But under what it keeps the
+    2-hour job starts only when a kept GPU frees up, after 1 h: T_sh >= 1 + 2 = 3 h. With one GPU more it
+    starts now: 2 h (the path). T_id = max(5 h / min(4, 64 / 1), 2 h) = 2 h, one hour after arrival:
+    rho 2.0 under what it keeps, 1.5 with one GPU; the model (which does not know which jobs wait) 1.5."""
+    from themis_slurm.core.agent import Agent
+
+    m = model(64)
+    kept = tuple(Job(f"k{i}", "a", 1, H, profile="none") for i in range(3))
+    long = Job("long", "a", 1, 2 * H, profile="none")
+    app = App("a", "u", 0.0, (long, *kept))
+    assert m.t_id(app) == pytest.approx(2 * H)
+    agent = Agent(app, m, H, 3.0, [long], kept_free_s=H)
+    assert agent.rho_base == pytest.approx((H + 3 * H) / (2 * H))
+    assert agent.rho_of(1.0) == pytest.approx((H + 2 * H) / (2 * H))
+    assert m.rho(app, H, 3.0) == pytest.approx((H + 2 * H) / (2 * H))
+    assert Agent(app, m, H, 3.0, [long]).rho_base == pytest.approx(1.5)  # nothing kept: no floor
