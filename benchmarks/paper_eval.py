@@ -66,8 +66,8 @@ class Scale:
     solver: str = "fast"  # Themis's winner determination (auto: 15-46x the time at 84 apps, no lower max rho; docs/design.md)
 
 
-# Measured here (commit 35dfa52, 2 workers on an idle 2-core machine): 9.0 min; the simulations' own times sum
-# to 1,070 s (Themis 476 s over 27 runs of 13-24 s, the contention-2 one 46 s; ftf 210, maxmin 116, tiresias 87).
+# Measured here (commit 0a0671e, 2 workers on an idle 2-core machine): 9.0 min; the simulations' own times sum
+# to 1,074 s (Themis 482 s over 27 runs of 11-23 s, the contention-2 one 51 s; ftf 214, maxmin 115, tiresias 84).
 FULL = Scale(apps=84, seed=0, round_interval_s=120.0, philly_jobs=None, f_values=(0.5, 0.8, 0.9, 0.95),
              lease_values=(300.0, 600.0, 1200.0), contention_values=(1.0, 2.0),
              sensitive_values=(0.0, 1.0), extra_seeds=(1, 2))  # fmt: skip
