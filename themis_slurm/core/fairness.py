@@ -34,7 +34,7 @@ Choices (docs/design.md, "Finish-time fairness", has the reasons):
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import is_
 
@@ -206,11 +206,22 @@ class FairnessModel:
         self._times[id(app)] = (app, times)  # type: ignore[attr-defined]
         return times
 
-    def t_sh(self, app: App, now: float, throughput: float) -> float:
-        """Estimated finish time in the shared cluster under an allocation of `throughput`."""
+    def t_sh(self, app: App, now: float, throughput: float, kept: Collection[str] | None = None) -> float:
+        """Estimated finish time in the shared cluster under an allocation of `throughput`.
+
+        With `kept` (the ids of the jobs that hold the GPUs of that allocation), also the kept-GPU floor the
+        round's agents apply (core/agent.py): the other jobs start only as those GPUs free up, so the
+        longest of them ends no sooner than the soonest kept job's end plus its own run time."""
         _, remaining, path = self.facts(app)
         times = self.one_gpu_times(app) if _pairs_may_bind(remaining, throughput, path) else ()
-        return shared_finish(max(0.0, now - app.arrival), remaining, throughput, self.idle_throughput, path, times)
+        elapsed = max(0.0, now - app.arrival)
+        finish = shared_finish(elapsed, remaining, throughput, self.idle_throughput, path, times)
+        if kept and throughput >= self.idle_throughput:
+            held = [j.remaining / j.gpus for j in app.jobs if j.id in kept]
+            waiting = [j.remaining / j.gpus for j in app.jobs if j.id not in kept]
+            if held and waiting:
+                finish = max(finish, elapsed + min(held) + max(waiting))
+        return finish
 
     def rho(self, app: App, now: float, throughput: float) -> float:
         """rho = T_sh / T_id; 1.0 for an app with no work at all."""

@@ -338,8 +338,9 @@ def finish_times(snap: Snapshot, jobs: Iterable[Mapping[str, Any]], apps: Iterab
         out = {}
         for app in state.apps:
             jobs_of = {j.id: j for j in app.jobs}
-            x = app_throughput(jobs_of, {j: g for j, g in holdings.items() if j in jobs_of}, state.topology)
-            out[app.id] = (model.t_id(app), model.t_sh(app, now, x))
+            held = {j: g for j, g in holdings.items() if j in jobs_of}
+            x = app_throughput(jobs_of, held, state.topology)
+            out[app.id] = (model.t_id(app), model.t_sh(app, now, x, kept=held))
         return out
     except Exception as e:  # estimates are a convenience: never fail the request for them
         log.debug("finish-time estimates unavailable: %s", e)

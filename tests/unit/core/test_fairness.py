@@ -236,3 +236,7 @@ def test_kept_gpu_floor_when_the_longest_job_waits() -> None:
     assert agent.rho_of(1.0) == pytest.approx((H + 2 * H) / (2 * H))
     assert m.rho(app, H, 3.0) == pytest.approx((H + 2 * H) / (2 * H))
     assert Agent(app, m, H, 3.0, [long]).rho_base == pytest.approx(1.5)  # nothing kept: no floor
+    # the model applies it when told which jobs hold the GPUs (the daemon's T_sh estimate does)
+    assert m.t_sh(app, H, 3.0, kept={"k0", "k1", "k2"}) == pytest.approx(H + 3 * H)
+    assert m.t_sh(app, H, 3.0, kept={"k0", "k1", "k2"}) / m.t_id(app) == pytest.approx(agent.rho_base)
+    assert m.t_sh(app, H, 4.0, kept={"k0", "k1", "k2", "long"}) == pytest.approx(H + 2 * H)  # nothing waits
