@@ -62,17 +62,18 @@ def _pick_gang(
     restart). Only one reservation per round; a reserved GPU idles at most until the last lease on its
     nodes expires (at most one lease).
     """
-    homed: frozenset[int] | None = None  # built once, and only when some bidder has an eligible gang
+    avail: dict[int, float] | None = None  # when each GPU is free; built once, when some bidder has a gang
+    homed: frozenset[int] = frozenset()
     for ag in bidders:
         job = next((j for j in ag.jobs if j.gpus >= WIDE_GANG_GPUS and not j.elastic and j.id not in ag.homes
                     and now - j.submit >= lease_s), None)  # fmt: skip
         if job is None:
             continue
-        avail = {g: now for g in pool.free_ids()}
-        for lease in held.values():
-            if jobs[lease.job_id].preemptible and math.isfinite(lease.expiry):
-                avail.update({g: lease.expiry for g in lease.gpus})
-        if homed is None:
+        if avail is None:
+            avail = {g: now for g in pool.free_ids()}
+            for lease in held.values():
+                if jobs[lease.job_id].preemptible and math.isfinite(lease.expiry):
+                    avail.update({g: lease.expiry for g in lease.gpus})
             homed = frozenset(g for gpus in (homes or {}).values() for g in gpus)
         found = _reserve_on(topo, avail, now, job, homed)
         if found is not None:
