@@ -22,7 +22,7 @@ from typing import Any
 
 import click
 
-from themis_slurm.core.arbiter import SOLVERS, ArbiterConfig
+from themis_slurm.core.arbiter import LEFTOVER_ORDERS, SOLVERS, ArbiterConfig
 from themis_slurm.core.calibration import CalibrationConfig
 from themis_slurm.core.topology import Topology
 from themis_slurm.policies import NAMES
@@ -137,6 +137,8 @@ class _Progress:
 @click.option("--rank-at-share", type=click.FloatRange(min=0), default=_ARB.rank_at_share, show_default=True,
               help="Themis offers the pool to the apps with the worst rho at this multiple of a fair share "
                    "(0: under what they keep, as the paper).")
+@click.option("--leftover-order", type=click.Choice(LEFTOVER_ORDERS), default=_ARB.leftover_order, show_default=True,
+              help="Themis's leftover: earliest virtual deadline first, or worst rho first (the authors').")
 @click.option("--estimate-error", default=str(_SIM.estimate_error), show_default=True,
               help="none | uniform:A:B | lognormal:SIGMA")
 @click.option("--calibrate/--no-calibrate", default=_SIM.calibration.enabled, show_default=True,
@@ -303,7 +305,8 @@ def _options(o: dict[str, Any]):
     knobs = replace(_ARB, fairness_knob=o["fairness_knob"], lease_s=o["lease"], seed=o["seed"],
                     restart_cost_s=o["restart_cost"], solver=o["solver"],
                     reserve_wide_gangs=o["reserve_wide_gangs"], keep_wide_gangs=o["keep_wide_gangs"],
-                    keep_in_place=o["keep_in_place"], rank_at_share=o["rank_at_share"])  # fmt: skip
+                    keep_in_place=o["keep_in_place"], rank_at_share=o["rank_at_share"],
+                    leftover_order=o["leftover_order"])  # fmt: skip
     cfg = SimConfig(restart_cost_s=o["restart_cost"], estimate_error=err, seed=o["seed"], elastic=o["elastic"],
                     node_shaped=o["node_shaped"], round_interval_s=o["round_interval"],
                     progress_interval_s=o["progress_interval"], calibration=calibration)  # fmt: skip

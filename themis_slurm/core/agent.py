@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from themis_slurm.core.fairness import FairnessModel
+from themis_slurm.core.fairness import FairnessModel, virtual_lateness
 from themis_slurm.core.job_facts import JobFactsCache
 from themis_slurm.core.placement import Pool, Profile, get_profile, throughput
 from themis_slurm.core.topology import Level
@@ -107,7 +107,8 @@ class Agent:
             cache.orders[app.id] = (rest, derived)
         if home:
             derived = _with_holders(derived, [j for j in jobs if j.id in home], cache)
-        self.jobs, self.kinds, self._plain, self._profiles = derived
+        self.jobs, self.kinds, self._plain, self._profiles, self._after = derived
+        self._total_work: float | None = None  # model.total_work(app), fetched when lateness() is first asked
         self._tid, self._remaining, self._path = model.facts(app)
         self._elapsed = max(0.0, now - app.arrival)
         self._idle = model.idle_throughput
@@ -157,6 +158,15 @@ class Agent:
                 finish = self._wait_floor
             return (self._elapsed + finish) / tid
         return (self._elapsed + max(self._remaining, self._path)) / self._idle / tid
+
+    def lateness(self, job: Job) -> float:
+        """How late waiting `job` is against its app's private-share pace (:func:`fairness.virtual_lateness`:
+        now minus its virtual finish time, with the jobs in this agent's bidding order). The leftover hands
+        out gangs to the latest first (``ArbiterConfig.leftover_order`` "deadline")."""
+        total = self._total_work
+        if total is None:
+            total = self._total_work = self.model.total_work(self.app)
+        return virtual_lateness(self._elapsed, self._tid, total, self._after[job.id])
 
     def gain_of(self, extra_throughput: float) -> float:
         return math.log(self.rho_base) - math.log(self.rho_of(extra_throughput))
@@ -267,9 +277,9 @@ class Agent:
 
 
 #: what an agent derives from its jobs: (bidding order, kinds in bidding order, plain jobs -> their placement
-#: factors, job -> profile); see Agent.__init__
+#: factors, job -> profile, job -> remaining work of the jobs after it in bidding order); see Agent.__init__
 Derived = tuple[tuple[Job, ...], tuple[tuple[Job, ...], ...], dict[str, tuple[float, float, float, float]],
-                dict[str, Profile]]  # fmt: skip
+                dict[str, Profile], dict[str, float]]  # fmt: skip
 
 
 def _order(jobs: list[Job], cache: JobFactsCache) -> Derived:
@@ -281,13 +291,18 @@ def _order(jobs: list[Job], cache: JobFactsCache) -> Derived:
     groups: dict[tuple, list[Job]] = {}
     profiles: dict[str, Profile] = {}
     plain: dict[str, tuple[float, float, float, float]] = {}
+    after: dict[str, float] = {}
+    total = 0.0
+    for f in reversed(facts):  # last first: the remaining work after each job (virtual deadlines)
+        after[f.job.id] = total
+        total += f.remaining
     for f in facts:
         j = f.job
         profiles[j.id] = profile = f.profile
         groups.setdefault(f.kind, []).append(j)
         if j.nodes is None and not j.elastic:
             plain[j.id] = profile.factors
-    return tuple(f.job for f in facts), tuple(tuple(g) for g in groups.values()), plain, profiles
+    return tuple(f.job for f in facts), tuple(tuple(g) for g in groups.values()), plain, profiles, after
 
 
 def _with_holders(rest: Derived, holders: list[Job], cache: JobFactsCache) -> Derived:
@@ -295,6 +310,11 @@ def _with_holders(rest: Derived, holders: list[Job], cache: JobFactsCache) -> De
     themselves, each its own kind (a holder is renewed in place, so it is interchangeable with nobody) and
     never plain (its home is tried first)."""
     facts = sorted(map(cache.get, holders), key=_ORDER)
-    jobs, kinds, plain, profiles = rest
+    jobs, kinds, plain, profiles, after = rest
+    total = after[jobs[0].id] + cache.get(jobs[0]).remaining if jobs else 0.0
+    holders_after: dict[str, float] = {}
+    for f in reversed(facts):
+        holders_after[f.job.id] = total
+        total += f.remaining
     return (tuple(f.job for f in facts) + jobs, tuple((f.job,) for f in facts) + kinds, plain,
-            {**profiles, **{f.job.id: f.profile for f in facts}})  # fmt: skip
+            {**profiles, **{f.job.id: f.profile for f in facts}}, {**after, **holders_after})  # fmt: skip

@@ -11,7 +11,8 @@ module and function):
     reservation   reservation.reserve_for_wide_gang   optional (reserve_wide_gangs, on by default): a wide gang's GPUs
     winners       winners.determine_winners       x* = argmax prod 1/rho (exact MILP or fast greedy)
     payments      payments.charge, keep_winnings  hidden payments c_i; keep up to the visibility stop
-    leftover      leftover.hand_out_leftover      the rest to waiting jobs until none fits
+    leftover      leftover.hand_out_leftover      the rest to waiting jobs until none fits, earliest virtual
+                                                  deadline first (leftover_order "deadline"; "rho": worst first)
     keep-in-place keep_in_place.keep_in_place     optional (keep_in_place, on by default): no restart that
                                                   changes no placement
     decision      record.record                   grants, renewals, preemptions, an AppRecord per app
@@ -38,9 +39,11 @@ from themis_slurm.core.state import ClusterState
 from themis_slurm.core.wide_gangs import keep_wide_gangs
 from themis_slurm.core.winners import determine_winners
 
-__all__ = ["PAPER_RANKING", "ArbiterConfig", "SOLVERS", "bidders_offered", "run_round"]
+__all__ = ["LEFTOVER_ORDERS", "PAPER_RANKING", "ArbiterConfig", "SOLVERS", "bidders_offered", "run_round"]
 
 SOLVERS = ("auto", "exact", "fast")
+#: the leftover's order (core/leftover.py): earliest virtual deadline first (the default) or worst rho first
+LEFTOVER_ORDERS = ("deadline", "rho")
 
 #: The knobs that give the paper's ranking (rho under what apps keep, f = 0.8, no reservations): the defaults
 #: before ranking at a fair share (docs/design.md), for `dataclasses.replace(config, **PAPER_RANKING)`.
@@ -65,6 +68,7 @@ class ArbiterConfig:
     wide_gang_release_rho: float = 0.8  # ... below this rho an app is clearly ahead: its wide gang is auctioned
     keep_in_place: bool = True  # the keep-in-place phase (core/keep_in_place.py): off only to see what it saves
     rank_at_share: float = 2.0  # s > 0: rank at s x a fair share (bidding.py); 0: by rho under what apps keep (the paper)
+    leftover_order: str = "deadline"  # the leftover's order: earliest virtual deadline first, or "rho" (the authors')
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.fairness_knob < 1.0:
@@ -77,6 +81,8 @@ class ArbiterConfig:
             raise ValueError(f"wide_gang_release_rho must be a number >= 0, got {self.wide_gang_release_rho}")
         if not (self.rank_at_share >= 0 and math.isfinite(self.rank_at_share)):
             raise ValueError(f"rank_at_share must be a number >= 0, got {self.rank_at_share}")
+        if self.leftover_order not in LEFTOVER_ORDERS:
+            raise ValueError(f"leftover_order must be one of {', '.join(LEFTOVER_ORDERS)}, got {self.leftover_order!r}")
         if self.solver not in SOLVERS:
             raise ValueError(f"solver must be one of {', '.join(SOLVERS)}, got {self.solver!r}")
 

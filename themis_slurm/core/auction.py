@@ -67,12 +67,17 @@ class _State:
         self.log_now = 0.0
 
 
+#: how :func:`greedy_fill` orders its heap (see there)
+FILL_ORDERS = ("density", "gain", "rho", "deadline")
+
+
 def greedy_fill(
     agents: Sequence[Agent],
     pool: Pool,
     start: Mapping[str, Sequence[Gang]] | None = None,
     by: str = "density",
     elastic_small: bool = True,
+    restart_s: float = 0.0,
 ) -> dict[str, list[Gang]]:
     """Hand out the pool's GPUs gang by gang to the highest marginal log-gain per GPU.
 
@@ -81,10 +86,12 @@ def greedy_fill(
     on top of them. Returns all gangs per app, `start` included. Stops when no app's next gang fits.
     `by` orders the heap: "density" (gain per GPU, the default) or "gain" (absolute marginal gain, which
     favours wide gangs that density would starve by fragmenting the pool), or "rho": the app with the
-    worst rho so far gets its next gang (water-filling on rho, what the leftover uses: the authors' code
-    re-auctions what is left to the next-worst apps). With "rho" a gang that would have to (re)start
-    counts the app's rho times the agent's `start_keep`, so a lease holder keeps its GPUs unless another
-    app is worse by more than the restart costs (no ping-pong between near-equal apps).
+    worst rho so far gets its next gang (water-filling on rho: the authors' code re-auctions what is left
+    to the next-worst apps), or "deadline": the latest job against its app's private-share pace gets its
+    gang (Agent.lateness: earliest virtual deadline first, the leftover's default). With "rho" a gang
+    that would have to (re)start counts the app's rho times the agent's `start_keep`, with "deadline" its
+    lateness less `restart_s`, so a lease holder keeps its GPUs unless another job is more urgent by more
+    than the restart costs (no ping-pong between near-equal apps).
 
     Jobs of one kind (same shape and profile) are interchangeable, so each app keeps one queue per kind
     and only the head of each queue is placed; a kind that does not fit is dropped for the rest of the
@@ -95,11 +102,12 @@ def greedy_fill(
     app that took GPUs since it was queued. A kind's placement is reused while all its GPUs stay free, and
     its priorities while the app's throughput is unchanged.
     """
-    if by not in ("density", "gain", "rho"):
-        raise ValueError(f"by must be density, gain or rho, got {by!r}")
+    if by not in FILL_ORDERS:
+        raise ValueError(f"by must be one of {', '.join(FILL_ORDERS)}, got {by!r}")
     per_gpu = by == "density"
     worst_first = by == "rho"
-    small = elastic_small and not worst_first
+    edf = by == "deadline"
+    small = elastic_small and not (worst_first or edf)
     start = start or {}
     states: list[_State] = []
     for a in agents:
@@ -137,7 +145,11 @@ def greedy_fill(
     def evaluate(k: int) -> tuple[float, int, tuple[frozenset[int], Level, float]] | None:
         """The app's best next gang among its job kinds that still fit, placed in the pool as it is now:
         (priority, kind, offer), or None when no kind fits (kinds that do not fit are dropped)."""
-        st, ag, x, log_now = now_of(k)
+        if edf:
+            st, ag = states[k], agents[k]
+            x = log_now = 0.0  # unused: the priority is the job's lateness
+        else:
+            st, ag, x, log_now = now_of(k)
         plain = ag._plain
         best_p = 0.0
         best_o = None
@@ -164,6 +176,15 @@ def greedy_fill(
                         continue
                     gpus = offers[0][0] if len(offers) == 1 else frozenset().union(*(o[0] for o in offers))
                 hit = cache[qi] = [job, offers, gpus, None, None]
+            if edf:
+                # the job's lateness, less the restart a gang away from its home costs
+                off = hit[3]
+                if off is None:
+                    off = hit[3] = 0.0 if ag.homes.get(job.id) == hit[1][0][0] else -restart_s
+                prio = ag.lateness(job) + off
+                if best_o is None or prio > best_p + 1e-9:
+                    best_p, best_o, best_q = prio, hit[1][0], qi
+                continue
             if worst_first:
                 # the app's rho now, discounted by the restart a gang away from its home costs
                 off = hit[3]
@@ -196,7 +217,20 @@ def greedy_fill(
         head job is not plain (shaped, elastic or with a home: those are placed at once, see push).
 
         A plain job's gang can at best run at its profile's tightest factor, which only raises its
-        throughput and so its gain; with "rho" its priority does not depend on the placement at all."""
+        throughput and so its gain; with "rho" and "deadline" its priority does not depend on the placement
+        at all (with "deadline" the bound is the exact priority of the app's most urgent head job)."""
+        if edf:
+            st, ag = states[k], agents[k]
+            top = None
+            for q in st.queues:
+                if q:
+                    job = q[-1]
+                    if job.id not in ag._plain:
+                        return -inf
+                    late = ag.lateness(job)
+                    if top is None or late > top:
+                        top = late
+            return None if top is None else top - restart_s
         st, ag, x, log_now = now_of(k)
         plain = ag._plain
         top = None

@@ -93,7 +93,7 @@ class FairnessModel:
         if self.job_facts is None:  # the shared cache: same numbers, computed once per Job object
             SHARED.use(self.topology)
             object.__setattr__(self, "job_facts", SHARED)
-        object.__setattr__(self, "_facts", {})  # id(app) -> (app, facts(app), demand(app))
+        object.__setattr__(self, "_facts", {})  # id(app) -> (app, facts(app), demand(app), total_work(app))
         object.__setattr__(self, "_times", {})  # id(app) -> (app, one_gpu_times(app))
 
     def best_factor(self, job: Job) -> float:
@@ -125,7 +125,15 @@ class FairnessModel:
             return hit[2]
         return self._compute(app)[2]
 
-    def _compute(self, app: App) -> tuple[App, tuple[float, float, float], int]:
+    def total_work(self, app: App) -> float:
+        """The app's whole work, finished and not (ideal GPU-seconds, estimates for unfinished jobs): what
+        its private-share run does in T_id (:func:`virtual_lateness`), from the pass that computes :meth:`facts`."""
+        hit = self._facts.get(id(app))  # type: ignore[attr-defined]
+        if hit is not None and hit[0] is app:
+            return hit[3]
+        return self._compute(app)[3]
+
+    def _compute(self, app: App) -> tuple[App, tuple[float, float, float], int, float]:
         """facts(app) and demand(app) in one pass over its jobs, kept for the model's life."""
         cache = self.job_facts
         assert cache is not None
@@ -191,7 +199,7 @@ class FairnessModel:
             share = min(float(max(app.peak_gpus, gpus)), self.cluster_gpus / max(1.0, app.contention))
             factor = work_factor / work if app.jobs else 1.0
             t_id = max(total / (max(share, 1e-9) * factor), t_path)
-        entry = (app, (t_id, remaining, rem_path), gpus)
+        entry = (app, (t_id, remaining, rem_path), gpus, total)
         self._facts[id(app)] = entry  # type: ignore[attr-defined]
         return entry
 
@@ -229,6 +237,25 @@ class FairnessModel:
         if tid <= 0:
             return 1.0
         return self.t_sh(app, now, throughput) / tid
+
+
+def virtual_lateness(elapsed: float, t_id: float, total_work: float, remaining_after: float) -> float:
+    """How late a waiting job is against its app's private-share pace: now minus its virtual finish time.
+
+    The app's private-share run does its whole work W in T_id, at the pace W / T_id. Take its jobs in the
+    agent's order (lease holders, then the longest remaining run first) after the work already done and
+    the work of the jobs that keep running: the run has done all work up to and including a job when only
+    `remaining_after` (the remaining work of the waiting jobs after it in that order) is left, that is at
+    T_id x (1 - remaining_after / W) after the app's arrival. The result is `elapsed` minus that: > 0 when
+    the job is past its virtual finish time. The leftover hands out gangs latest first (earliest
+    virtual deadline first, as weighted fair queueing serves virtual finish times; docs/design.md, "Leftover
+    and work conservation"). A job's virtual finish time does not move while it runs or waits, so two apps
+    do not take turns on the same GPUs, and a progress report, which only ever lowers remaining work, can
+    only move a job's virtual finish time later. An app with no work left to estimate is never late.
+    """
+    if total_work <= 0.0:
+        return -math.inf
+    return elapsed - t_id + t_id * remaining_after / total_work
 
 
 def _pairs_may_bind(remaining: float, throughput: float, path: float) -> bool:

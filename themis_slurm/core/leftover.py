@@ -2,8 +2,15 @@
 
 First to the apps outside the auction (as in the paper, section 4.2) and to the winners the visibility
 stop cut short, then to every app that paid no hidden payment (withheld GPUs must not flow straight back
-to their payer), then to everyone, worst rho first within each group. Work conservation wins over the
-incentive when only a payer can use a GPU: no GPU idles while a waiting job fits.
+to their payer), then to everyone. Work conservation wins over the incentive when only a payer can use a
+GPU: no GPU idles while a waiting job fits.
+
+Within each group the order is ``ArbiterConfig.leftover_order``: "deadline" (the default) serves the job
+latest against its app's private-share pace first (earliest virtual deadline first: Agent.lateness,
+fairness.virtual_lateness), "rho" the app with the worst rho so far (water-filling, as the authors' code
+re-auctions what is left to the next-worst apps). Why deadlines: most GPUs of a busy round are handed out
+here, and worst-rho-first made apps take turns on the same GPUs at each lease expiry (measured in
+docs/design.md, "Leftover and work conservation").
 """
 
 from __future__ import annotations
@@ -23,10 +30,22 @@ def hand_out_leftover(rs: RoundState) -> None:
         groups.append([a for a in rs.agents.values() if a.app_id not in paid])
     groups.append(list(rs.agents.values()))
     got = rs.got
+    order, restart_s = rs.cfg.leftover_order, rs.cfg.restart_cost_s
     for group in groups:
         if not group or not rs.pool.size:
             continue
-        got = {**got, **greedy_fill(group, rs.pool, {a.app_id: got.get(a.app_id, []) for a in group}, by="rho")}
+        start = {a.app_id: got.get(a.app_id, []) for a in group}
+        if order == "rho":
+            got = {**got, **greedy_fill(group, rs.pool, start, by="rho")}
+            continue
+        before_fill = rs.pool.copy()
+        filled = greedy_fill(group, rs.pool, start, by="deadline", restart_s=restart_s)
+        if rs.pool.size:  # GPUs still idle: keep the fill that uses more GPUs (work conservation first)
+            other = before_fill
+            packed = greedy_fill(group, other, start, by="rho")
+            if other.size < rs.pool.size:
+                filled, rs.pool = packed, other
+        got = {**got, **filled}
     rs.got = got
     for aid, gangs in got.items():
         for g in gangs[before.get(aid, 0):]:

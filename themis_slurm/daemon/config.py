@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from themis_slurm.api.server import DEFAULT_LISTEN
-from themis_slurm.core.arbiter import SOLVERS, ArbiterConfig
+from themis_slurm.core.arbiter import LEFTOVER_ORDERS, SOLVERS, ArbiterConfig
 from themis_slurm.core.calibration import CalibrationConfig
 
 DEFAULT_PATH = Path("/etc/themis/themis.yaml")
@@ -117,6 +117,7 @@ class SchedulerConfig:
     wide_gang_release_rho: float = _CORE.wide_gang_release_rho
     keep_in_place: bool = _CORE.keep_in_place
     rank_at_share: float = _CORE.rank_at_share
+    leftover_order: str = _CORE.leftover_order
 
     @property
     def lease_s(self) -> float:
@@ -130,7 +131,8 @@ class SchedulerConfig:
                              seed=self.seed, restart_cost_s=self.restart_cost_s,
                              reserve_wide_gangs=self.reserve_wide_gangs, keep_wide_gangs=self.keep_wide_gangs,
                              wide_gang_release_rho=self.wide_gang_release_rho,
-                             keep_in_place=self.keep_in_place, rank_at_share=self.rank_at_share)  # fmt: skip
+                             keep_in_place=self.keep_in_place, rank_at_share=self.rank_at_share,
+                             leftover_order=self.leftover_order)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -421,6 +423,7 @@ _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
         "wide_gang_release_rho": non_negative,
         "keep_in_place": boolean,
         "rank_at_share": non_negative,
+        "leftover_order": one_of(LEFTOVER_ORDERS),
         "exact_max_bidders": count,
         "exact_max_gpus": count,
         "idle_throughput": fraction,

@@ -216,8 +216,10 @@ def test_hand_computed_three_apps_eight_gpus() -> None:
     Gangs are kept by lottery (keep_fraction): A's and C's draws (lottery(0, 100.0, id) = 0.696 and 0.813)
     are above their c = 0.5385, so both single gangs are withheld.
     Leftover: no app is outside the auction (f = 0); B paid nothing and gets its second gang (rho 700/900);
-    then work conservation, worst rho first: A (rho 41000/1500, worse than C's 6000/500) gets its 4-GPU gang
-    on the free node; nothing is left for C's job; no GPU idles.
+    then work conservation: earliest virtual deadline first would give C's job (lateness 100 - 500 = -400 s,
+    A's 100 - 1500 = -1400 s) a GPU of the free node and idle three, worst rho first gives A (rho
+    41000/1500, worse than C's 6000/500) its 4-GPU gang there and idles none, so that fill is kept; nothing
+    is left for C's job; no GPU idles.
     """
     topo = Topology.uniform(1, 2, 4)
     A = App("A", "u", 0.0, (Job("A1", "A", 4, 4000.0, profile="vgg16"),), contention=3)

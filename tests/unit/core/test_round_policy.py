@@ -124,8 +124,9 @@ def test_start_cost_is_capped_at_one_half() -> None:
 
 
 # ------------------------------------------------------------------------------------------- 3. visibility stop
+@pytest.mark.parametrize("order", ["rho", "deadline"])
 @pytest.mark.parametrize("solver", ["exact", "fast"])
-def test_bidder_stops_keeping_gpus_at_the_worst_rho_outside_the_auction(solver: str) -> None:
+def test_bidder_stops_keeping_gpus_at_the_worst_rho_outside_the_auction(solver: str, order: str) -> None:
     """8 GPUs (2 nodes x 4), N = 3, C = 8 (share 8/3), now = 270000 s, restart_cost 0, f = 0.8.
 
     3 apps with waiting work -> floor(0.2 * 3) = 0 -> 1 bidder (max(1, .)), the worst rho:
@@ -140,7 +141,10 @@ def test_bidder_stops_keeping_gpus_at_the_worst_rho_outside_the_auction(solver: 
     each (rho (0 + 10800) / 4050 = 2.667), then X (26.333, then 25.889, 25.667, 25.667) takes the last
     four. On six GPUs two of X's eight one-hour jobs run one after the other, so its T_sh is floored by the
     pair 3600 + 3600 (fairness.pair_floor; the fluid 28800 / 6 = 4800 would be sooner): rho
-    (270000 + 7200) / 10800 = 25.667. Nothing idles.
+    (270000 + 7200) / 10800 = 25.667. Nothing idles. That is the leftover worst rho first (leftover_order
+    "rho"); earliest virtual deadline first (the default) gives X all six: its jobs are some 259,000 s
+    past its private-share pace (270000 - 10800 + ...), Y's and Z's first jobs 1350 s ahead of theirs
+    (0 - 4050 + 4050 x 7200 / 10800), so X runs all eight jobs at once: rho (270000 + 3600) / 10800.
     """
     topo = Topology.uniform(1, 2, 4)
     now = 270000.0
@@ -150,15 +154,20 @@ def test_bidder_stops_keeping_gpus_at_the_worst_rho_outside_the_auction(solver: 
         for n in ("Y", "Z")
     )
     state = ClusterState(topo, now, frozenset(range(8)), (), (x, y, z))
-    d = run_round(state, ArbiterConfig(fairness_knob=0.8, restart_cost_s=0.0, solver=solver))
+    d = run_round(state, ArbiterConfig(fairness_knob=0.8, restart_cost_s=0.0, solver=solver, leftover_order=order))
     check_invariants(state, d)
     assert len(d.idle_gpus) == 0
     rx, ry, rz = d.apps["X"], d.apps["Y"], d.apps["Z"]
     assert rx.rank == 1 and rx.bid and not ry.bid and not rz.bid
     assert rx.rho_before == pytest.approx(298800 / 0.1 / 10800)
     assert ry.rho_before == pytest.approx(26.0 + 2 / 3) and rz.rho_before == pytest.approx(26.0 + 2 / 3)
-    assert rx.won_gpus == 8 and rx.kept_gpus == 2 and rx.leftover_gpus == 4
     assert "kept 2" in said(rx) and "worst outside the auction" in said(rx)
+    if order == "deadline":
+        assert rx.won_gpus == 8 and rx.kept_gpus == 2 and rx.leftover_gpus == 6
+        assert rx.rho_after == pytest.approx((270000 + 3600) / 10800)
+        assert {g.app_id for g in d.grants} == {"X"} and ry.leftover_gpus == rz.leftover_gpus == 0
+        return
+    assert rx.won_gpus == 8 and rx.kept_gpus == 2 and rx.leftover_gpus == 4
     assert rx.rho_after == pytest.approx((270000 + 7200) / 10800)
     per_app = {aid: sorted(g.source for g in d.grants if g.app_id == aid) for aid in ("X", "Y", "Z")}
     assert per_app == {"X": ["auction"] * 2 + ["leftover"] * 4, "Y": ["leftover"], "Z": ["leftover"]}
@@ -204,7 +213,7 @@ def test_greedy_fill_order_of_agents_does_not_matter_when_rho_differs() -> None:
 
 def test_greedy_fill_rejects_an_unknown_order() -> None:
     ax, ay = _water_fill_agents()
-    with pytest.raises(ValueError, match="by must be density, gain or rho, got 'bogus'"):
+    with pytest.raises(ValueError, match="by must be one of density, gain, rho, deadline, got 'bogus'"):
         greedy_fill([ax, ay], Pool(ONE_NODE, range(4)), by="bogus")
 
 

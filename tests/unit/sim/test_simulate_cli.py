@@ -70,6 +70,7 @@ def test_chronus_trace(tmp_path):
         (["--group-by", "user"], "--group-by", "user"),
         (["--lease", "0"], "--lease", "0"),
         (["--progress-interval", "-5"], "--progress-interval", "-5"),
+        (["--leftover-order", "fifo"], "--leftover-order", "fifo"),
     ],
 )
 def test_bad_options(args, option, value):
@@ -82,9 +83,9 @@ def test_defaults_come_from_the_dataclasses():
     d = {p.name: p.default for p in simulate_cli.simulate.params}
     arb, sim = ArbiterConfig(), SimConfig()
     assert (d["lease"], d["fairness_knob"], d["solver"], d["seed"], d["reserve_wide_gangs"], d["keep_wide_gangs"],
-            d["keep_in_place"], d["rank_at_share"]) == (arb.lease_s, arb.fairness_knob, arb.solver, arb.seed,
-                                                        arb.reserve_wide_gangs, arb.keep_wide_gangs,
-                                                        arb.keep_in_place, arb.rank_at_share)  # fmt: skip
+            d["keep_in_place"], d["rank_at_share"], d["leftover_order"]) == (
+        arb.lease_s, arb.fairness_knob, arb.solver, arb.seed, arb.reserve_wide_gangs, arb.keep_wide_gangs,
+        arb.keep_in_place, arb.rank_at_share, arb.leftover_order)  # fmt: skip
     assert d["restart_cost"] == sim.restart_cost_s == arb.restart_cost_s
     assert (d["round_interval"], d["estimate_error"]) == (sim.round_interval_s, str(sim.estimate_error))
 
@@ -99,10 +100,11 @@ def test_knobs_reach_themis_and_the_world(monkeypatch):
     monkeypatch.setattr(simulate_cli, "run_policies", fake)
     monkeypatch.setattr(simulate_cli.report, "format_table", lambda metrics: "")
     r = run("--policies", "themis", "--restart-cost", "12", "--lease", "900", "--seed", "4", "--reserve-wide-gangs",
-            "--keep-wide-gangs", "--no-keep-in-place", "--rank-at-share", "2")
+            "--keep-wide-gangs", "--no-keep-in-place", "--rank-at-share", "2", "--leftover-order", "rho")
     assert r.exit_code == 0, r.output
     [(names, knobs, cfg)] = seen
     assert names == ["themis"]
     assert knobs == ArbiterConfig(lease_s=900.0, seed=4, restart_cost_s=12.0, reserve_wide_gangs=True,
-                                  keep_wide_gangs=True, keep_in_place=False, rank_at_share=2.0)
+                                  keep_wide_gangs=True, keep_in_place=False, rank_at_share=2.0,
+                                  leftover_order="rho")
     assert (cfg.restart_cost_s, cfg.seed) == (12.0, 4)
