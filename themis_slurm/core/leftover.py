@@ -35,17 +35,7 @@ def hand_out_leftover(rs: RoundState) -> None:
         if not group or not rs.pool.size:
             continue
         start = {a.app_id: got.get(a.app_id, []) for a in group}
-        if order == "rho":
-            got = {**got, **greedy_fill(group, rs.pool, start, by="rho")}
-            continue
-        before_fill = rs.pool.copy()
-        filled = greedy_fill(group, rs.pool, start, by="deadline", restart_s=restart_s)
-        if rs.pool.size:  # GPUs still idle: keep the fill that uses more GPUs (work conservation first)
-            other = before_fill
-            packed = greedy_fill(group, other, start, by="rho")
-            if other.size < rs.pool.size:
-                filled, rs.pool = packed, other
-        got = {**got, **filled}
+        got = {**got, **greedy_fill(group, rs.pool, start, by=order, restart_s=restart_s)}
     rs.got = got
     for aid, gangs in got.items():
         for g in gangs[before.get(aid, 0):]:

@@ -216,18 +216,19 @@ def test_hand_computed_three_apps_eight_gpus() -> None:
     Gangs are kept by lottery (keep_fraction): A's and C's draws (lottery(0, 100.0, id) = 0.696 and 0.813)
     are above their c = 0.5385, so both single gangs are withheld.
     Leftover: no app is outside the auction (f = 0); B paid nothing and gets its second gang (rho 700/900);
-    then work conservation: earliest virtual deadline first would give C's job (lateness 100 - 500 = -400 s,
-    A's 100 - 1500 = -1400 s) a GPU of the free node and idle three, worst rho first gives A (rho
-    41000/1500, worse than C's 6000/500) its 4-GPU gang there and idles none, so that fill is kept; nothing
-    is left for C's job; no GPU idles.
+    then work conservation. Earliest virtual deadline first (the default): C's job (lateness 100 - 500 =
+    -400 s, A's 100 - 1500 = -1400 s) gets a GPU of the free node; A's 4-GPU gang does not fit in the other
+    three, which stay idle (no waiting job fits them). Worst rho first (leftover_order "rho"): A (rho
+    41000/1500, worse than C's 6000/500) gets its 4-GPU gang on the free node; nothing is left for C's
+    job; no GPU idles.
     """
     topo = Topology.uniform(1, 2, 4)
     A = App("A", "u", 0.0, (Job("A1", "A", 4, 4000.0, profile="vgg16"),), contention=3)
     B = App("B", "u", 0.0, (Job("B1", "B", 2, 1200.0, profile="none"), Job("B2", "B", 2, 1200.0, profile="none")), contention=3)
     C = App("C", "u", 0.0, (Job("C1", "C", 1, 500.0, profile="none"),), contention=3)
-    for solver in ("exact", "fast"):
+    for solver, order in (("exact", "rho"), ("fast", "rho"), ("exact", "deadline"), ("fast", "deadline")):
         state = ClusterState(topo, 100.0, frozenset(range(8)), (), (A, B, C))
-        d = run_round(state, ArbiterConfig(fairness_knob=0.0, solver=solver, restart_cost_s=0.0))
+        d = run_round(state, ArbiterConfig(fairness_knob=0.0, solver=solver, restart_cost_s=0.0, leftover_order=order))
         check_invariants(state, d)
         r = d.apps
         assert r["A"].rho_before == pytest.approx(41000 / 1500)
@@ -245,9 +246,15 @@ def test_hand_computed_three_apps_eight_gpus() -> None:
         assert r["A"].payment_fraction == pytest.approx(0.5385, abs=1e-4)
         assert r["B"].payment_fraction == pytest.approx(1.0)
         assert r["C"].payment_fraction == pytest.approx(0.5385, abs=1e-4)
+        assert r["B"].rho_after == pytest.approx(700 / 900)
+        if order == "deadline":
+            assert sorted((g.job_id, g.source) for g in d.grants) == [("B1", "auction"), ("B2", "leftover"),
+                                                                       ("C1", "leftover")]  # fmt: skip
+            assert r["A"].rho_after == pytest.approx(41000 / 1500) and r["C"].rho_after == pytest.approx(600 / 500)
+            assert len(d.idle_gpus) == 3
+            continue
         assert sorted((g.job_id, g.source) for g in d.grants) == [("A1", "leftover"), ("B1", "auction"), ("B2", "leftover")]
         assert r["A"].rho_after == pytest.approx(1100 / 1500)
-        assert r["B"].rho_after == pytest.approx(700 / 900)
         assert r["C"].rho_after == pytest.approx(6000 / 500)
         assert len(d.idle_gpus) == 0
 
