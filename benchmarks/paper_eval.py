@@ -48,6 +48,7 @@ ESTIMATE_POLICIES = ("themis", "ftf", "srtf", "slurm", "tiresias")
 ERRORS = ("none", "uniform:1:3", "lognormal:0.5")
 PROGRESS_S = 600.0  # how often jobs report progress in the estimate experiments (one lease)
 SEED_POLICIES = ("themis", "ftf", "maxmin", "slurm")  # the per-seed comparison
+GAVEL_NO_EXPIRY_S = 1e9  # a lease longer than any run: the Gavel-trace experiment without re-auctions
 
 
 @dataclass(frozen=True)
@@ -200,6 +201,8 @@ class Eval:
                          replace(self.cfg, seed=seed))  # fmt: skip
         self.add("no_reserve", self.paper(), "64", ["themis"], replace(self.knobs, reserve_wide_gangs=False))
         for shape in ("64", "32"):
+            self.add(f"leftover_rho{shape}", self.paper(), shape, ["themis"], replace(self.knobs, leftover_order="rho"))
+        for shape in ("64", "32"):
             self.add(f"paper_ranking{shape}", self.paper(), shape, ["themis"], replace(self.knobs, **PAPER_RANKING))
         for v in s.f_values:
             self.add(f"f_{v:g}", self.paper(), "64", ["themis"], replace(self.knobs, fairness_knob=v))
@@ -217,6 +220,10 @@ class Eval:
             spec = WorkloadSpec("trace", path=str(GAVEL / "dev120_seed7.trace"), fmt="gavel",
                                 loader_options={"throughputs": str(GAVEL / "simulation_throughputs.json")})  # fmt: skip
             self.add("gavel", spec, "32", self.names)
+            # whose wait buys whose speed there: the leftover worst rho first (the order before virtual
+            # deadlines), and Themis with no re-auction of a running job (leases that never expire)
+            self.add("gavel_leftover_rho", spec, "32", ["themis"], replace(self.knobs, leftover_order="rho"))
+            self.add("gavel_no_expiry", spec, "32", ["themis"], replace(self.knobs, lease_s=GAVEL_NO_EXPIRY_S))
         names = [n for n in ESTIMATE_POLICIES if n in self.names]
         raw = CalibrationConfig(enabled=False)
         for spec_s in ERRORS:
@@ -280,6 +287,10 @@ class Eval:
                md_table({"default, 64 GPUs": r["paper64"]["themis"], "paper's, 64 GPUs": r["paper_ranking64"]["themis"],
                          "default, 32 GPUs": r["paper32"]["themis"], "paper's, 32 GPUs": r["paper_ranking32"]["themis"]},
                         "ranking"), "",
+               "### the leftover's order: earliest virtual deadline first (default) and worst rho first", "",
+               md_table({"deadline, 64 GPUs": r["paper64"]["themis"], "rho, 64 GPUs": r["leftover_rho64"]["themis"],
+                         "deadline, 32 GPUs": r["paper32"]["themis"], "rho, 32 GPUs": r["leftover_rho32"]["themis"]},
+                        "leftover"), "",
                "### reservations for wide gangs", "",
                md_table({"on (default)": r["paper64"]["themis"], "off": r["no_reserve"]["themis"]}, "reservations"), ""]
         for prefix, param, values in (("f", "f", s.f_values), ("lease", "lease (s)", s.lease_values),
@@ -296,8 +307,16 @@ class Eval:
             md += [f"Skipped: {PHILLY} not found.", ""]
         md += ["## 3b. Gavel's trace (dev120_seed7, Gavel's generator) on 32 GPUs, exact run times", ""]
         if "gavel" in r:
+            gavel_rows = {"default": r["gavel"]["themis"], "leftover worst rho first": r["gavel_leftover_rho"]["themis"],
+                          "no lease expiry": r["gavel_no_expiry"]["themis"]}  # fmt: skip
             md += ["Run times from Gavel's measured throughputs (`--format gavel --throughputs`).", "",
-                   md_table(r["gavel"]), "", targets(r["gavel"]), ""]  # fmt: skip
+                   md_table(r["gavel"]), "", targets(r["gavel"]), "", reach_of_target(r["gavel"]), "",
+                   "Mean app completion (h) by the most GPUs the app held at once (apps in brackets): whose "
+                   "wait buys whose speed.", "", completion_by_width(r["gavel"]), "",
+                   "Themis with the leftover worst rho first (`leftover_order: rho`, the order before virtual "
+                   "deadlines: apps take turns on the same GPUs at lease expiry), and with leases that never "
+                   "expire (no running job is re-auctioned).", "",
+                   md_table(gavel_rows, "themis"), "", completion_by_width(gavel_rows, "themis"), ""]  # fmt: skip
         else:
             md += [f"Skipped: {GAVEL / 'dev120_seed7.trace'} not found.", ""]
         # 4. estimate errors
@@ -316,6 +335,42 @@ class Eval:
         (docs / "results.json").write_text(json.dumps({"scale": s.__dict__, "results": record,
                                                        "timings_s": self.timings}, indent=2) + "\n")  # fmt: skip
         return header(s, total, self.workers) + "\n".join(md)
+
+
+def reach_of_target(rows: Mapping[str, Metrics]) -> str:
+    """How far any policy got per app: can the 10%-below-ftf-and-maxmin target be reached at all?
+
+    For each app the lowest rho any of the policies gave it. A max rho 10% below the best of ftf and maxmin
+    needs every app below that line at once, so apps that no policy brought below it say how hard it is."""
+    strong = [rows[n].summary.max_rho for n in STRONG if n in rows]
+    if not strong:
+        return ""
+    line = 0.9 * min(strong)
+    best: dict[str, float] = {}
+    for m in rows.values():
+        for a in m.apps:
+            best[a.app_id] = min(best.get(a.app_id, float("inf")), a.rho)
+    above = sorted((v for v in best.values() if v > line), reverse=True)
+    return (f"- the 10% target means max rho <= {line:.3f}: {len(above)} of {len(best)} apps are above it under "
+            f"every one of the {len(rows)} policies (the lowest rho any policy gave each app: max "
+            f"{max(best.values()):.3f})")  # fmt: skip
+
+
+def completion_by_width(rows: Mapping[str, Metrics], first: str = "policy") -> str:
+    """Mean app completion per app width (the most GPUs the app held at once), one row per run.
+
+    The mean over all apps hides who pays for whom: a finish-time-fair policy spends the slack of wide apps,
+    whose private share is below their gang (so T_id is long), on the many narrow ones."""
+    widths = sorted({a.peak_gpus for m in rows.values() for a in m.apps})
+    lines = [f"| {first} | all | " + " | ".join(f"{w} GPU{'s' if w != 1 else ''}" for w in widths) + " |",
+             "|---" * (len(widths) + 2) + "|"]  # fmt: skip
+    for name, m in rows.items():
+        cells = [f"{m.summary.mean_app_completion_s / 3600:.2f} ({len(m.apps)})"]
+        for w in widths:
+            spans = [a.finish - a.arrival for a in m.apps if a.peak_gpus == w]
+            cells.append(f"{sum(spans) / len(spans) / 3600:.2f} ({len(spans)})" if spans else "-")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def seeds_table(by_seed: Mapping[int, Mapping[str, Metrics]]) -> str:
