@@ -31,7 +31,7 @@ from pathlib import Path
 from themis_slurm.core.arbiter import PAPER_RANKING, ArbiterConfig
 from themis_slurm.core.calibration import CalibrationConfig
 from themis_slurm.core.topology import Topology
-from themis_slurm.policies import NAMES
+from themis_slurm.policies import NAMES, make_policy
 from themis_slurm.sim import plots
 from themis_slurm.sim.engine import SimConfig
 from themis_slurm.sim.estimate_error import EstimateError
@@ -168,8 +168,14 @@ SHAPES = {"64": (2, 8, 4, 1), "32": (2, 2, 8, 2), "philly": (8, 16, 8, 1)}  # ra
 
 
 def same_setup(t: Task) -> str:
-    """Identity of a simulation's setup (not its experiment key): equal setups give equal results."""
-    return repr((t.policy, t.spec, t.racks, t.nodes_per_rack, t.gpus_per_node, t.islands_per_node, t.knobs, t.cfg))
+    """Identity of a simulation's setup (not its experiment key): equal setups give equal results. A policy
+    that reads no estimate (``reads_estimates``, policies/base.py; a test checks each) schedules the same
+    whatever the estimate errors, calibration and progress reports, so those are left out of its setup:
+    Tiresias runs once for the four estimate experiments."""
+    cfg = t.cfg
+    if not type(make_policy(t.policy)).reads_estimates:
+        cfg = replace(cfg, estimate_error=EstimateError(), progress_interval_s=0.0, calibration=CalibrationConfig())
+    return repr((t.policy, t.spec, t.racks, t.nodes_per_rack, t.gpus_per_node, t.islands_per_node, t.knobs, cfg))
 
 
 class Eval:

@@ -43,10 +43,18 @@ class Policy(Protocol):
     simulator then skips such calls); False when it may preempt at any call (time-slicing, demotion,
     shortest-first preemption). Themis is True by construction: it only hands out free GPUs and GPUs of
     expired leases.
+
+    Every policy also declares `reads_estimates`: False when what it decides depends only on jobs' sizes,
+    shapes, submit times and attained service (`Job.service`), never on their estimated work or progress
+    (`work`, `done`, `remaining`), so that estimate errors, calibration and progress reports cannot change
+    it (Tiresias's least attained service, FIFO, time slicing); True otherwise. The evaluation runs such a
+    policy once for all its estimate experiments (benchmarks/paper_eval.py); a test checks each False
+    against a simulation with and without estimate errors (tests/unit/policies/test_registry.py).
     """
 
     name: str
     grants_only_free_or_expired: bool
+    reads_estimates: bool
 
     def schedule(self, ctx: PolicyContext) -> Decision:
         """Decide grants, preemptions and renewals for this instant."""
@@ -63,6 +71,8 @@ class ThemisPolicy:
     name = "themis"
     #: only free GPUs and GPUs of expired leases are re-auctioned (see :class:`Policy`)
     grants_only_free_or_expired = True
+    #: rho is estimated remaining work over throughput (see :class:`Policy`)
+    reads_estimates = True
 
     def __init__(self, config: ArbiterConfig | None = None) -> None:
         self.config = config or ArbiterConfig()

@@ -115,6 +115,8 @@ class FairSharePolicy:
     name = "fairshare"
     #: re-shares: preempts running jobs of apps above their max-min share (see Policy)
     grants_only_free_or_expired = False
+    #: shares from gang widths, jobs by submit time (see Policy)
+    reads_estimates = False
 
     def __init__(self, min_run_s: float = 300.0) -> None:
         if min_run_s < 0:

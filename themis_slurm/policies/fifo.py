@@ -25,6 +25,8 @@ class FifoPolicy:
     #: never preempts, so a call with no free GPU and no expired lease cannot change anything (the
     #: simulator then skips it)
     grants_only_free_or_expired = True
+    #: app arrival and submit order (see Policy)
+    reads_estimates = False
 
     def schedule(self, ctx: PolicyContext) -> Decision:
         pad = BaselineScratchpad(ctx.state, self.name)

@@ -95,6 +95,8 @@ def ftf_shares(apps: list[App], model: FairnessModel, now: float, capacity: floa
 class FtfPolicy(MaxMinPolicy):
     name = "ftf"
     grants_only_free_or_expired = False
+    #: rho from estimated remaining work (see Policy)
+    reads_estimates = True
 
     def __init__(self, quantum_s: float = 360.0) -> None:
         super().__init__(quantum_s)

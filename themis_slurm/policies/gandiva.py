@@ -41,6 +41,8 @@ class GandivaPolicy:
     name = "gandiva"
     #: time-slices: preempts running jobs at quantum boundaries, whatever their leases (see Policy)
     grants_only_free_or_expired = False
+    #: round robin by queue order and run time (see Policy)
+    reads_estimates = False
 
     def __init__(self, quantum_s: float = 600.0, affinity: bool = True, migrate: bool = True) -> None:
         self.epochs = EpochClock(quantum_s)

@@ -49,6 +49,8 @@ class MaxMinPolicy:
     name = "maxmin"
     #: time-slices: suspends lower-priority running jobs at round boundaries, whatever their leases
     grants_only_free_or_expired = False
+    #: time shares from gang widths, priority from attained service (see Policy)
+    reads_estimates = False
 
     def __init__(self, quantum_s: float = 360.0) -> None:
         self.epochs = EpochClock(quantum_s)

@@ -42,6 +42,8 @@ class OptimusPolicy:
     #: never preempts, so a call with no free GPU and no expired lease cannot change anything (the
     #: simulator then skips it)
     grants_only_free_or_expired = True
+    #: marginal gain in estimated remaining time (see Policy)
+    reads_estimates = True
 
     def __init__(self, alpha: float = 0.1, grow: bool = True) -> None:
         if alpha < 0:

@@ -49,6 +49,8 @@ class SlaqPolicy:
     name = "slaq"
     #: re-allocates every epoch and may preempt running jobs (see Policy)
     grants_only_free_or_expired = False
+    #: estimated loss reduction from remaining work (see Policy)
+    reads_estimates = True
 
     def __init__(
         self,

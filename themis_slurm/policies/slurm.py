@@ -40,6 +40,8 @@ class SlurmPolicy:
     #: never preempts, so a call with no free GPU and no expired lease cannot change anything (the
     #: simulator then skips it)
     grants_only_free_or_expired = True
+    #: backfill reads estimated run times as time limits (see Policy)
+    reads_estimates = True
 
     def __init__(
         self,

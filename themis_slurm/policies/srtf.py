@@ -31,6 +31,8 @@ class SrtfPolicy:
     name = "srtf"
     #: preempts a running job for a shorter waiting one (see Policy)
     grants_only_free_or_expired = False
+    #: shortest estimated remaining time first (see Policy)
+    reads_estimates = True
 
     def __init__(self, preempt: bool = True) -> None:
         self.preempt = preempt

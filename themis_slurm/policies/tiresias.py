@@ -44,6 +44,8 @@ class TiresiasPolicy:
     name = "tiresias"
     #: demotes and preempts running jobs of lower-priority queues (see Policy)
     grants_only_free_or_expired = False
+    #: least attained service: queues by GPU-seconds run (see Policy)
+    reads_estimates = False
 
     def __init__(
         self,

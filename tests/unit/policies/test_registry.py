@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from themis_slurm.core.arbiter import ArbiterConfig
+from themis_slurm.core.calibration import CalibrationConfig
+from themis_slurm.core.topology import Topology
 from themis_slurm.policies import NAMES, POLICIES, ThemisPolicy, make_policy, policy_options
+from themis_slurm.sim.engine import SimConfig, Simulator
+from themis_slurm.sim.estimate_error import EstimateError
+from themis_slurm.sim.trace import PROFILE_MODELS, TraceJob
 
 ALL = ["themis", "fairshare", "fifo", "ftf", "gandiva", "maxmin", "optimus", "slaq", "slurm", "srtf", "tiresias"]
 
@@ -77,3 +83,41 @@ def test_every_policy_declares_whether_it_only_grants_free_or_expired() -> None:
         passive[name] = cls.grants_only_free_or_expired
     assert passive == {"themis": True, "fifo": True, "optimus": True, "slurm": True, "gandiva": False,
                        "maxmin": False, "fairshare": False, "ftf": False, "slaq": False, "srtf": False, "tiresias": False}  # fmt: skip
+
+
+def _job_outcomes(name: str, cfg: SimConfig) -> list[tuple]:
+    """Every job's first start, finish, starts and preemptions when `name` runs a small paper workload."""
+    topo = Topology.uniform(2, 2, 2)
+    rng = np.random.default_rng(5)
+    trace = [TraceJob(f"j{i}", f"a{i % 5}", f"u{i % 3}", float(rng.uniform(0, 20_000)), int(rng.choice([1, 1, 2, 4])),
+                      float(rng.lognormal(np.log(3600.0), 0.8)), PROFILE_MODELS[i % len(PROFILE_MODELS)])
+             for i in range(60)]  # fmt: skip
+    res = Simulator(trace, topo, make_policy(name), cfg).run()
+    return [(j.job_id, j.first_start, j.finish, j.starts, j.preemptions) for j in res.jobs]
+
+
+def test_every_policy_declares_whether_it_reads_estimates_and_false_means_estimates_change_nothing() -> None:
+    """A policy that declares reads_estimates = False is run once for all the evaluation's estimate
+    experiments (benchmarks/paper_eval.py): with estimate errors, calibration and progress reports its
+    every job starts and ends exactly as with exact estimates. The policies that read estimates show
+    that the same workload is sensitive to them."""
+    declared = {}
+    for name in NAMES:
+        cls = type(make_policy(name))
+        assert isinstance(vars(cls).get("reads_estimates"), bool), name
+        declared[name] = cls.reads_estimates
+    assert declared == {"themis": True, "fairshare": False, "fifo": False, "ftf": True, "gandiva": False,
+                        "maxmin": False, "optimus": True, "slaq": True, "slurm": True, "srtf": True,
+                        "tiresias": False}  # fmt: skip
+    exact = SimConfig(round_interval_s=120.0)
+    wrong = replace(exact, estimate_error=EstimateError.parse("uniform:1:3"), progress_interval_s=600.0,
+                    calibration=CalibrationConfig(min_jobs=2))  # fmt: skip
+    changed = set()
+    for name, reads in declared.items():
+        if reads and name not in ("srtf", "ftf"):
+            continue  # two that read estimates are enough to show the workload is sensitive to them
+        same = _job_outcomes(name, exact) == _job_outcomes(name, wrong)
+        assert same or reads, f"{name} declares reads_estimates = False, yet estimate errors changed its schedule"
+        if not same:
+            changed.add(name)
+    assert changed == {"srtf", "ftf"}
