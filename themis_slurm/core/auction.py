@@ -55,12 +55,15 @@ class Allocation:
 class _State:
     """One app's progress in a greedy fill."""
 
-    __slots__ = ("gangs", "x", "queues", "cache", "log_at", "log_now")
+    __slots__ = ("gangs", "x", "queues", "pos", "cache", "log_at", "log_now")
 
     def __init__(self) -> None:
         self.gangs: list[Gang] = []
         self.x = 0.0
-        self.queues: list[list[Job]] = []  # per job kind, next job last
+        # per job kind, its jobs in bidding order (the agent's own tuples, not copied: most apps take
+        # nothing in a fill) and the position of the next one (len: none left, or the kind does not fit)
+        self.queues: Sequence[Sequence[Job]] = ()
+        self.pos: list[int] = []
         # per kind, None or [job, offers, their GPUs, x the priorities were computed at, priorities]
         self.cache: list[list | None] = []
         self.log_at: float | None = None  # x at which log_now = log(rho(x)) was computed
@@ -119,9 +122,10 @@ def greedy_fill(
                 st.gangs.append(g)
                 st.x += g.throughput
                 used.add(g.job_id)
-            st.queues = [[j for j in reversed(group) if j.id not in used] for group in a.kinds]
-        else:  # most apps hold nothing yet: copy the kinds without looking at each job
-            st.queues = [list(reversed(group)) for group in a.kinds]
+            st.queues = [[j for j in group if j.id not in used] for group in a.kinds]
+        else:  # most apps hold nothing yet: the kinds as they are, without looking at each job
+            st.queues = a.kinds
+        st.pos = [0] * len(st.queues)
         st.cache = [None] * len(st.queues)
         states.append(st)
     # heap entries: (-key, app index, kind, offer); one per app at most, so (-key, index) is unique. An entry
@@ -155,24 +159,26 @@ def greedy_fill(
         best_o = None
         best_q = -1
         cache = st.cache
+        pos = st.pos
         for qi, q in enumerate(st.queues):
-            if not q:
+            at = pos[qi]
+            if at == len(q):
                 continue
-            job = q[-1]
+            job = q[at]
             hit = cache[qi]
             if hit is None or hit[0] is not job or not has(hit[2]):
                 factors = plain.get(job.id)
                 if factors is not None:  # Agent.offers of a plain job, inlined
                     found = best_fit(job.gpus)
                     if found is None:
-                        q.clear()
+                        pos[qi] = len(q)
                         continue
                     gpus, level = found
                     offers = [(gpus, level, len(gpus) * factors[level] * ag.start_keep)]
                 else:
                     offers = ag.offers(job, pool, small)
                     if not offers:
-                        q.clear()
+                        pos[qi] = len(q)
                         continue
                     gpus = offers[0][0] if len(offers) == 1 else frozenset().union(*(o[0] for o in offers))
                 hit = cache[qi] = [job, offers, gpus, None, None]
@@ -222,9 +228,9 @@ def greedy_fill(
         if edf:
             st, ag = states[k], agents[k]
             top = None
-            for q in st.queues:
-                if q:
-                    job = q[-1]
+            for q, at in zip(st.queues, st.pos, strict=True):
+                if at < len(q):
+                    job = q[at]
                     if job.id not in ag._plain:
                         return -inf
                     late = ag.lateness(job)
@@ -234,10 +240,10 @@ def greedy_fill(
         st, ag, x, log_now = now_of(k)
         plain = ag._plain
         top = None
-        for q in st.queues:
-            if not q:
+        for q, at in zip(st.queues, st.pos, strict=True):
+            if at == len(q):
                 continue
-            job = q[-1]
+            job = q[at]
             factors = plain.get(job.id)
             if factors is None:
                 return -inf
@@ -265,7 +271,9 @@ def greedy_fill(
         gpus, level, thr = offer
         pool.take_free(gpus)
         st = states[k]
-        st.gangs.append(Gang(st.queues[qi].pop().id, gpus, level, thr))
+        at = st.pos[qi]
+        st.pos[qi] = at + 1
+        st.gangs.append(Gang(st.queues[qi][at].id, gpus, level, thr))
         st.x += thr
         push(k)
 

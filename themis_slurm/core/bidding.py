@@ -66,7 +66,9 @@ def rank_by_rho(rs: RoundState) -> None:
         run_s = numbers(job)[1]
         if run_s < free_at.get(aid, math.inf):
             free_at[aid] = run_s
-    homing = {jobs[jid].app_id for jid in rs.homes}
+    homes_of: dict[str, dict[str, frozenset[int]]] = {}  # app -> its lease holders whose lease expires now
+    for jid, gpus in rs.homes.items():
+        homes_of.setdefault(jobs[jid].app_id, {})[jid] = gpus
     for app in rs.state.apps:
         base = kept.get(app.id, 0.0)
         k = n_held.get(app.id, 0)
@@ -79,7 +81,7 @@ def rank_by_rho(rs: RoundState) -> None:
         else:
             waiting = [j for j in app_jobs if j.id not in held]
         if waiting:
-            homes = {j.id: rs.homes[j.id] for j in waiting if j.id in rs.homes} if app.id in homing else {}
+            homes = homes_of.get(app.id, {})  # all among `waiting`: their leases are not kept
             ag = rs.agents[app.id] = Agent(app, rs.model, rs.now, base, waiting, homes, rs.restart_discount,
                                            free_at.get(app.id, math.inf))  # fmt: skip
             rs.rho_now[app.id] = ag.rho_base  # model.rho(app, now, base) with the kept-GPU floor (agent.py)
