@@ -95,6 +95,9 @@ def renewal_cause(cause: RenewalCause | str, cut_s: float | None = None, instead
         return "kept running by the (baseline) policy"
     if cause is RenewalCause.WIDE_GANG:
         return "a started wide gang keeps its GPUs (its app is not clearly ahead; restarting needs them all free at once)"
+    if cause is RenewalCause.RESERVATION:
+        return ("the reservation's wide gang keeps its GPUs (its app is the worst-ranked bidder with a wide gang; "
+                "restarting needs them all free at once)")
     if cause is RenewalCause.IN_PLACE:
         return f"renewed in place instead of moving job {instead_of or '?'} onto its GPUs"
     text = "won its GPUs back in the auction" if cause is RenewalCause.WON_BACK else "kept its GPUs as leftover"

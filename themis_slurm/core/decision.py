@@ -46,6 +46,7 @@ class RenewalCause(StrEnum):
     WON_BACK = "won_back"                 # won its own GPUs back in the auction
     LEFTOVER = "leftover"                 # kept its GPUs as leftover
     WIDE_GANG = "wide_gang"               # a started wide gang keeps its GPUs: its app is not clearly ahead
+    RESERVATION = "reservation"           # the reservation phase's wide gang already runs: it keeps its GPUs
     IN_PLACE = "in_place"                 # the daemon renewed it instead of moving a same-kind job onto its GPUs
     POLICY = "policy"                     # a baseline policy kept it running (simulator only)
 

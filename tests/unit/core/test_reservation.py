@@ -19,7 +19,7 @@ from __future__ import annotations
 import pytest
 
 from themis_slurm.core.arbiter import ArbiterConfig, bidders_offered, run_round
-from themis_slurm.core.decision import Decision
+from themis_slurm.core.decision import Decision, RenewalCause
 from themis_slurm.core.fairness import FairnessModel
 from themis_slurm.core.placement import Pool
 from themis_slurm.core.state import ClusterState
@@ -232,18 +232,72 @@ def test_no_reservation_when_only_non_preemptible_leases_block_the_gang(solver: 
 
 
 @pytest.mark.parametrize("solver", SOLVERS)
-def test_no_reservation_for_a_lease_holder_renewing(solver: str) -> None:
-    """w1 holds node2 on a lease expiring now and node1 is free: w1 is a home (a renewal), not a gang to
-    reserve for. Reserving would start it at once on the tightest placement, node1 (best fit among two
-    4-GPU islands, the first), moving it. Instead W (rank 1 with its rho without the lease, 33.33) wins
-    its node back in place: a renewal, no preemption, nothing of W granted or reserved."""
+def test_the_reserved_gang_keeps_its_gpus_when_its_lease_expires(solver: str) -> None:
+    """w1 holds node2 on a lease expiring now and node1 is free: w1 is the gang the phase would reserve for
+    (W ranks 1 with its rho without the lease, 33.33), and it already runs, so it keeps node2 outside the
+    auction (a renewal, cause "reservation"), not moved to node1 (the tightest placement, first of two
+    equal islands) and not re-reserved. O's jobs take node1's GPUs; nothing is held idle."""
     state = _state(set(NODE1), {})
     state = ClusterState(TOPO, NOW, NODE1, (Lease("w1", NODE2, NOW - LEASE, NOW),), state.apps)
     d = _run(state, solver)
     assert d.apps["W"].rank == 1 and d.apps["W"].rho_before == pytest.approx(50000 / 0.1 / 15000)
     assert d.reserved_gpus == frozenset() and "reserv" not in said(d.apps["W"])
-    assert [(r.job_id, r.gpus) for r in d.renewals] == [("w1", NODE2)] and not d.preemptions
+    assert [(r.job_id, r.gpus, r.cause) for r in d.renewals] == [("w1", NODE2, RenewalCause.RESERVATION)]
+    assert "reservation's wide gang keeps its GPUs" in said(d.renewals[0]) and not d.preemptions
     assert all(g.app_id == "O" and g.gpus <= NODE1 for g in d.grants)
+    # the app then holds its gang: its rho after the round counts it once, at full speed (a renewal)
+    assert d.apps["W"].rho_after == pytest.approx((10000 + 40000 / 4) / 15000)
+
+
+def _gang_and_four_singles() -> ClusterState:
+    """node1: w1 (W's 4-GPU gang, 2400 of its 40000 GPU-s done) on a lease expiring now; node2 leased to H
+    until now + 500. P1..P4 arrived now, each with one 1-GPU job of 3600 GPU-s: T_id = 3600, rho without a
+    GPU (3600 / 0.1) / 3600 = 10, with one 1.0 (no restart cost), a gain of log 10 each. W: rho without
+    its gang (10000 + 37600) / 0.1 / 15000 = 31.7, with it (10000 + 37600 / 4) / 15000 = 1.293, a gain of
+    log 24.5 = 3.2 < 4 log 10 = 9.2: the auction gives node1 to the four singles."""
+    w = App("W", "u", 0.0, (Job("w1", "W", 4, 40000.0, done=2400.0, profile="none", submit=0.0),), contention=3)
+    h = App("H", "u", 0.0, tuple(Job(f"h{g}", "H", 1, 1e6, profile="none") for g in NODE2), contention=3)
+    ps = tuple(App(f"P{k}", "u", NOW, (Job(f"p{k}", f"P{k}", 1, 3600.0, profile="none", submit=NOW),), contention=3)
+               for k in range(1, 5))  # fmt: skip
+    leases = (Lease("w1", NODE1, NOW - LEASE, NOW),
+              *(Lease(f"h{g}", frozenset({g}), NOW - 100.0, NOW + 500.0) for g in sorted(NODE2)))  # fmt: skip
+    return ClusterState(TOPO, NOW, frozenset(), leases, (w, h, *ps))
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_a_wide_gang_that_would_lose_its_gpus_one_by_one_keeps_them(solver: str) -> None:
+    """Without the reservation phase the auction hands node1 to P1..P4, one GPU each (module docstring of
+    _gang_and_four_singles), and w1 is preempted: to start again it needs four GPUs free in one round.
+    With it, w1 (the worst bidder's wide gang) keeps node1 and the singles wait for node2."""
+    state = _gang_and_four_singles()
+    off = run_round(state, ArbiterConfig(reserve_wide_gangs=False, restart_cost_s=0.0, fairness_knob=0.0,
+                                         lease_s=LEASE, solver=solver))  # fmt: skip
+    check_invariants(state, off)
+    assert off.apps["W"].rank == 1 and off.apps["W"].rho_before == pytest.approx(47600 / 0.1 / 15000)
+    assert [(p.job_id, p.gpus) for p in off.preemptions] == [("w1", NODE1)]
+    assert sorted(g.job_id for g in off.grants) == ["p1", "p2", "p3", "p4"]
+    on = _run(state, solver)
+    assert [(r.job_id, r.gpus, r.cause) for r in on.renewals] == [("w1", NODE1, RenewalCause.RESERVATION)]
+    assert not on.preemptions and not on.grants and not on.idle_gpus
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_only_a_bidder_keeps_its_wide_gang(solver: str) -> None:
+    """The same round with f = 0.8: one bidder of the five apps ranked (W first, then the four singles):
+    W, whose gang is kept. With W's rho lowered below the singles' (almost all its work done, rank 5) it
+    no longer bids and the phase leaves its gang alone: the bidder P1 wins one GPU of node1, and the
+    leftover gives the other three to P2..P4, later against their pace than w1 (which has 10 GPU-s left)."""
+    state = _gang_and_four_singles()
+    d = _run(state, solver, f=0.8)
+    assert bidders_offered(0.8, 5) == 1
+    assert [r.cause for r in d.renewals] == [RenewalCause.RESERVATION]
+    w = App("W", "u", 0.0, (Job("w1", "W", 4, 40000.0, done=39990.0, profile="none", submit=0.0),), contention=3)
+    state = ClusterState(TOPO, NOW, state.free, state.leases, (w, *state.apps[1:]))
+    d = _run(state, solver, f=0.8)
+    assert d.apps["W"].rank == 5 and not d.renewals
+    assert [(p.job_id, p.gpus) for p in d.preemptions] == [("w1", NODE1)]
+    assert sorted((g.job_id, g.source) for g in d.grants) == [("p1", "auction"), ("p2", "leftover"),
+                                                              ("p3", "leftover"), ("p4", "leftover")]  # fmt: skip
 
 
 @pytest.mark.parametrize("solver", SOLVERS)

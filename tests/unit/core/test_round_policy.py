@@ -8,6 +8,8 @@ max(remaining, path)) / 0.1) and T_id = max(total_work / min(max_parallelism, C 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from themis_slurm.core.agent import Agent
@@ -244,12 +246,17 @@ def _half_payment_round() -> ClusterState:
     return ClusterState(ONE_NODE, now, frozenset({2, 3}), (Lease("h1", frozenset({0, 1}), 1200.0, now),), (h, w))
 
 
+#: the auction alone: with the reservation phase H's gang, the only wide gang of a bidder that has waited a
+#: lease, would keep its GPUs outside the auction (core/reservation.py) and pay nothing
+PAYING = ArbiterConfig(solver="exact", fairness_knob=0.0, lease_s=600.0, reserve_wide_gangs=False)
+
+
 def test_withheld_renewal_is_paid_in_lease_time_not_preempted() -> None:
     """Draw >= c_H = 0.5: the withheld gang is H's own renewal, so H keeps its GPUs on a lease cut to
     max(0.5, MIN_CUT) * 600 = 300 s (expiry 2100), and W's grant keeps the full lease (2400)."""
     state = _half_payment_round()
     seed = _seed_where(state.now, "H", withheld=True, c=0.5)
-    d = run_round(state, ArbiterConfig(solver="exact", fairness_knob=0.0, seed=seed, lease_s=600.0))
+    d = run_round(state, replace(PAYING, seed=seed))
     check_invariants(state, d)
     assert d.apps["H"].payment_fraction == pytest.approx(0.5)
     assert d.apps["W"].payment_fraction == pytest.approx(1.0)
@@ -267,7 +274,7 @@ def test_kept_renewal_gets_the_full_lease() -> None:
     """Draw < c_H = 0.5: the lottery keeps H's gang: an ordinary renewal to now + 600 = 2400."""
     state = _half_payment_round()
     seed = _seed_where(state.now, "H", withheld=False, c=0.5)
-    d = run_round(state, ArbiterConfig(solver="exact", fairness_knob=0.0, seed=seed, lease_s=600.0))
+    d = run_round(state, replace(PAYING, seed=seed))
     check_invariants(state, d)
     assert [(r.job_id, r.lease_expiry, said(r)) for r in d.renewals] == [
         ("h1", 2400.0, "won its GPUs back in the auction")
@@ -290,7 +297,7 @@ def test_tiny_payment_cuts_the_lease_to_min_cut() -> None:
     w = App("W", "u", now, (Job("w1", "W", 4, 3600.0, profile="none", submit=now),), contention=2)
     state = ClusterState(ONE_NODE, now, frozenset(), (Lease("h1", frozenset(range(4)), 0.0, now),), (h, w))
     seed = _seed_where(now, "H", withheld=True, c=1 / 38)
-    d = run_round(state, ArbiterConfig(solver="exact", fairness_knob=0.0, seed=seed, lease_s=600.0))
+    d = run_round(state, replace(PAYING, seed=seed))
     check_invariants(state, d)
     assert d.apps["H"].payment_fraction == pytest.approx(1 / 38)
     assert d.apps["H"].payment_fraction < MIN_CUT
