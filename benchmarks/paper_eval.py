@@ -11,7 +11,7 @@ Experiments (all deterministic for the seeds below):
      with and without progress reports (jobs report their fraction done every PROGRESS_S seconds), all with
      estimate calibration (the default); Themis also without it, to show what calibration buys.
 
-    python benchmarks/paper_eval.py            # full: 84 apps as in the paper (FULL below), about 10 min with 2 workers (2-core machine)
+    python benchmarks/paper_eval.py            # full: 84 apps as in the paper (FULL below), about 11 min with 2 workers (2-core machine)
     python benchmarks/paper_eval.py --quick    # a small smoke version, to check the pipeline (about 2 min)
 
 Simulations run in parallel worker processes (--workers, default 2); each is deterministic, so the document
@@ -67,8 +67,9 @@ class Scale:
     solver: str = "fast"  # Themis's winner determination (auto: 15-46x the time at 84 apps, no lower max rho; docs/design.md)
 
 
-# Measured here (commit 0a0671e, 2 workers on an idle 2-core machine): 9.0 min; the simulations' own times sum
-# to 1,074 s (Themis 482 s over 27 runs of 11-23 s, the contention-2 one 51 s; ftf 214, maxmin 115, tiresias 84).
+# Measured here (2 workers on an idle 2-core machine, with the reserved gang kept): 11.1 min; the simulations' own
+# times sum to 1,321 s over 95 runs (Themis 655 s over 33 runs of 16-34 s, the contention-2 one 59 s; ftf 254,
+# maxmin 145, slurm 74). At 0a0671e, with 12 fewer runs: 9.0 min.
 FULL = Scale(apps=84, seed=0, round_interval_s=120.0, philly_jobs=None, f_values=(0.5, 0.8, 0.9, 0.95),
              lease_values=(300.0, 600.0, 1200.0), contention_values=(1.0, 2.0),
              sensitive_values=(0.0, 1.0), extra_seeds=(1, 2))  # fmt: skip
