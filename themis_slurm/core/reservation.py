@@ -4,8 +4,8 @@ On by default (docs/design.md has the measurements). It runs after the offer and
 determination: the first wide gang (bidding order) of the worst bidder that has one starts now if it fits,
 else the GPUs it will fit on soonest are held out of the pool until the leases on the rest expire. When
 that gang already runs (its lease expires now), it keeps its GPUs (RenewalCause.RESERVATION) instead of
-going back to the pool, whence the leftover would hand them out GPU by GPU to one-GPU jobs and the next
-rounds would have to reserve them again.
+going back to the pool, where x* or the leftover would split them among other apps and later rounds
+would have to reserve them again.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def _pick_gang(
     It is the gang this phase would reserve for, so it keeps its GPUs. Traced on the paper workload with
     uniform 1-3x estimate errors: without this, an 8-GPU job that needed 5 h of running was started 12
     times by reservations between 258 h and 309 h, and each time the leftover gave its GPUs at the next
-    expiry to one-GPU jobs with earlier virtual deadlines (docs/design.md, "Wide gangs").
+    expiry to other apps (docs/design.md, The round, "The reserved gang keeps its GPUs").
     """
     avail: dict[int, float] | None = None  # when each GPU is free; built once, when some bidder has a gang
     homed: frozenset[int] = frozenset()
