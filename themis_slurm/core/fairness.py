@@ -250,9 +250,9 @@ def virtual_lateness(elapsed: float, t_id: float, total_work: float, remaining_a
     the job is past its virtual finish time. The leftover hands out gangs latest first (earliest
     virtual deadline first, as weighted fair queueing serves virtual finish times; docs/design.md, "Leftover
     and work conservation"). A job's virtual finish time does not move while it runs or waits, so two apps
-    do not take turns on the same GPUs; and a progress report, which only ever lowers remaining work, can make no position in the
-    app's list of virtual finish times earlier (the work after the k-th job is a sum of the smallest
-    remaining works). An app with no work left to estimate is never late.
+    do not take turns on the same GPUs; and a progress report, which only ever lowers remaining work, can
+    make no position in the app's list of virtual finish times earlier (the work after the k-th job is a
+    sum of the smallest remaining works). An app with no work left to estimate is never late.
     """
     if total_work <= 0.0:
         return -math.inf

@@ -29,24 +29,20 @@ def reserve_for_wide_gang(rs: RoundState) -> None:
     if res is None:
         return
     ag, job, target, start_by = res
-    if job.id in ag.homes:  # it runs there now: it keeps its GPUs, outside the auction like a start
-        rs.homes.pop(job.id)
-        rs.pool.take(target)
-        rs.renewals.append(Renewal(job.id, ag.app_id, target, rs.expiry, RenewalCause.RESERVATION))
-        level = topo.level_of(target)
-        rebuilt = ag.with_started(job.id, throughput(len(target), level, get_profile(job.profile)))
-        rs.agents[ag.app_id] = rebuilt
-        rs.bidders = [rebuilt if b.app_id == ag.app_id else b for b in rs.bidders]
-        return
-    if all(g in rs.pool for g in target):
+    if job.id in ag.homes or all(g in rs.pool for g in target):
         level = topo.level_of(target)
         gang = Gang(job.id, target, level, throughput(len(target), level, get_profile(job.profile)))
-        rs.award(ag.app_id, [gang], GrantSource.RESERVATION)
+        if job.id in ag.homes:  # it runs there now: it keeps its GPUs, outside the auction like a start
+            rs.homes.pop(job.id)
+            rs.pool.take(target)
+            rs.renewals.append(Renewal(job.id, ag.app_id, target, rs.expiry, RenewalCause.RESERVATION))
+        else:
+            rs.award(ag.app_id, [gang], GrantSource.RESERVATION)
+            rs.reservations[ag.app_id] = ReservationNote(job.id, len(target), 0, 0.0, True)
         # the app bids on with the gang counted in its base throughput (and without the job)
         rebuilt = ag.with_started(job.id, gang.throughput)
         rs.agents[ag.app_id] = rebuilt
         rs.bidders = [rebuilt if b.app_id == ag.app_id else b for b in rs.bidders]
-        rs.reservations[ag.app_id] = ReservationNote(job.id, len(target), 0, 0.0, True)
         return
     held = frozenset(g for g in target if g in rs.pool)
     rs.pool.take(held)
