@@ -99,7 +99,8 @@ class BaselineScratchpad:
     granted: dict[str, Grant] = field(init=False, default_factory=dict)
     preempted: dict[str, str] = field(init=False, default_factory=dict)
     renew: dict[str, float] = field(init=False, default_factory=dict)
-    why_wait: dict[str, str] = field(init=False, default_factory=dict)
+    _why: dict[str, str] = field(init=False, default_factory=dict)
+    _rest: list[tuple[Sequence[Job], int, str]] = field(init=False, default_factory=list)
     _kept: dict[str, Lease] = field(init=False, default_factory=dict)
     notes: dict[str, list[str]] = field(init=False, default_factory=dict)
 
@@ -114,10 +115,22 @@ class BaselineScratchpad:
         self.granted = {}
         self.preempted = {}
         self.renew = {}
-        self.why_wait = {}
+        self._why = {}
+        self._rest = []
         self.notes = {}
 
     # ----------------------------------------------------------------- views
+    @property
+    def why_wait(self) -> dict[str, str]:
+        """Why each waiting job waits, by job id (the dictionary itself: policies may reword entries).
+
+        Reasons given to a whole tail of a ranking at once (:meth:`wait_rest`) are entered here first: a
+        full cluster's queue of thousands is named job by job only when someone reads the reasons (the
+        simulator never does, see Decision.apps)."""
+        if self._rest:
+            self._enter_rest()
+        return self._why
+
     def waiting(self) -> list[Job]:
         """Jobs without GPUs at the start of the call, in app order then job order (deterministic)."""
         return [j for a in self.state.apps for j in a.jobs if j.id not in self.running]
@@ -178,7 +191,7 @@ class BaselineScratchpad:
             migrated=job.id in self.preempted,
         )
         self.granted[job.id] = g
-        self.why_wait.pop(job.id, None)
+        self._why.pop(job.id, None)  # a pending tail skips it once active (_enter_rest)
         return g
 
     def preempt(self, job_id: str, reason: str) -> None:
@@ -187,12 +200,16 @@ class BaselineScratchpad:
             raise ValueError(f"job {job_id} is not running")
         if not self.jobs[job_id].preemptible:
             raise ValueError(f"job {job_id} is not preemptible")
+        if self._rest:  # a pending tail names the jobs waiting before this one stops
+            self._enter_rest()
         self.preempted[job_id] = reason
         del self._kept[job_id]
         self.pool.give(self.running[job_id].gpus)
 
     def restore(self, job_id: str) -> None:
         """Undo :meth:`preempt` (its GPUs must still be in the pool)."""
+        if self._rest:
+            self._enter_rest()
         self.pool.take(self.running[job_id].gpus)
         del self.preempted[job_id]
         self._kept[job_id] = self.running[job_id]
@@ -246,12 +263,27 @@ class BaselineScratchpad:
     def wait(self, job: Job, why: str) -> None:
         self.why_wait.setdefault(job.id, why)
 
+    def wait_rest(self, ranked: Sequence[Job], start: int, why: str) -> None:
+        """:meth:`wait` with `why` for every job of ``ranked[start:]`` that holds no GPUs, entered when the
+        reasons are first read (:attr:`why_wait`) or before a preemption changes who holds GPUs: the same
+        reasons, without a pass over the rest of the queue at every call."""
+        self._rest.append((ranked, start, why))
+
+    def _enter_rest(self) -> None:
+        why_wait, granted, kept = self._why, self.granted, self._kept
+        rest, self._rest = self._rest, []
+        for ranked, start, why in rest:
+            for later in itertools.islice(ranked, start, None):
+                jid = later.id
+                if jid not in granted and jid not in kept:
+                    why_wait.setdefault(jid, why)
+
     def explain_waiting(self, why: Callable[[Job], str]) -> None:
         """Set `why(job)` as the waiting reason of each app's first job (in app order) that holds no GPUs at
         the end of the call: the one reason its AppRecord reports (:meth:`decision`), so a contended queue
         of thousands is not formatted job by job."""
         active = self.is_active
-        why_wait = self.why_wait
+        why_wait = self._why  # these override any reason, so a pending tail (wait_rest) may stay pending
         for app in self.state.apps:
             for j in app.jobs:
                 if not active(j.id):
@@ -414,12 +446,8 @@ def priority_fill(
             continue
         if not pad.pool.size and not strict and (victims_for is None or short_of <= 1):
             # nothing can be placed any more (no free GPU, and not even one GPU's worth can be displaced):
-            # the rest wait, as the loop would say, without a placement try
-            why = pad.why_wait
-            for later in itertools.islice(ranked, k, None):
-                jid = later.id
-                if jid not in granted and jid not in kept:
-                    why.setdefault(jid, "does not fit")
+            # the rest wait, as the loop would say, without a placement try (named when first read)
+            pad.wait_rest(ranked, k, "does not fit")
             return
         # a placement takes at least min_gpus GPUs of the pool: no call that could only fail
         got = placer(job, pad.pool) if pad.pool.size >= job.min_gpus else None

@@ -82,3 +82,39 @@ def test_every_baseline_records_its_outcome_as_data(name: str) -> None:
         rec = d.apps[aid]
         assert rec.outcome is Outcome.POLICY and rec.ranked == 2 and rec.rank in (1, 2)
         assert reasons.app_record(rec).startswith(f"scheduled by a baseline policy (rank {rec.rank} of 2)")
+
+
+def _queue_on_a_full_cluster() -> BaselineScratchpad:
+    """4 GPUs held by a1..a4; b1..b6 wait (one GPU each)."""
+    held = [job(f"a{i}", "A") for i in range(1, 5)]
+    queue = [job(f"b{i}", "B") for i in range(1, 7)]
+    s = state(TOPO, [app("A", held), app("B", queue)], running={f"a{i}": {i - 1} for i in range(1, 5)})
+    return BaselineScratchpad(s, "test")
+
+
+def test_the_tail_of_a_full_queue_is_named_when_first_read() -> None:
+    """priority_fill stops at a full cluster and leaves the rest of the queue to wait_rest: nothing is
+    entered until the reasons are read, and then every job of the tail that holds no GPUs says why, as if
+    the loop had named them one by one; a reason given before (or after) the tail is not overwritten."""
+    from themis_slurm.policies.common import priority_fill
+
+    pad = _queue_on_a_full_cluster()
+    queue = pad.waiting()
+    pad.wait(queue[0], "first in line")
+    priority_fill(pad, queue, lambda j, p: pad.fit(j, pool=p))
+    assert pad._rest and pad._why == {"b1": "first in line"}  # pending, not yet entered
+    pad.explain_waiting(lambda j: f"explained {j.id}")  # overrides, pending or not
+    assert pad.why_wait == {"b1": "explained b1", **{f"b{i}": "does not fit" for i in range(2, 7)}}
+    assert not pad._rest
+
+
+def test_a_preemption_enters_a_pending_tail_first() -> None:
+    """A job preempted after the tail was left pending was running when the loop stopped, so it gets no
+    'does not fit' from the tail; a job the tail named and that starts later loses its reason."""
+    pad = _queue_on_a_full_cluster()
+    queue = pad.waiting()
+    pad.wait_rest([*queue, pad.jobs["a1"]], 0, "does not fit")
+    pad.preempt("a1", "test")
+    pad.grant(queue[0], pad.running["a1"].gpus)
+    assert "a1" not in pad.why_wait and "b1" not in pad.why_wait
+    assert {jid for jid, why in pad.why_wait.items() if why == "does not fit"} == {f"b{i}" for i in range(2, 7)}
