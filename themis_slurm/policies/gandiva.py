@@ -93,7 +93,7 @@ class GandivaPolicy:
         expiry = self.epochs.after(now) if oversubscribed else INF
         pad.set_expiry(expiry)
         next_quantum = self.epochs.after(now)
-        pad.explain_waiting(lambda j: f"time-sliced: next quantum at t={next_quantum:.0f}")
+        pad.explain_waiting(lambda j, _: f"time-sliced: next quantum at t={next_quantum:.0f}")
         self._wake = expiry if oversubscribed else None
         return pad.decision(order, renew_expiry=expiry)
 

@@ -106,7 +106,7 @@ class MaxMinPolicy:
         for aid, gpus in share.items():
             pad.note(aid, f"{self.name} time share {gpus:.2f} GPU(s)")
         next_round = self.epochs.after(now)
-        pad.explain_waiting(lambda j: f"priority {-key[j.id][0]:.2f}: next round at t={next_round:.0f}")
+        pad.explain_waiting(lambda j, _: f"priority {-key[j.id][0]:.2f}: next round at t={next_round:.0f}")
         self._wake = expiry if oversubscribed else None
         return pad.decision(order, renew_expiry=expiry)
 

@@ -86,8 +86,7 @@ class OptimusPolicy:
             grow_elastic(pad, lambda j, g, lvl: -self.completion_time(j, g, lvl))
         # each app's record reports its first job still waiting: only that reason is reworded, not the
         # thousands behind it (running jobs are never preempted here, so that job waited before the call)
-        why = pad.why_wait
-        pad.explain_waiting(lambda j: f"needs {cost[j.id]:.0f} GPU-s: {why.get(j.id, 'does not fit')}")
+        pad.explain_waiting(lambda j, why: f"needs {cost[j.id]:.0f} GPU-s: {why or 'does not fit'}")
         return pad.decision(order)
 
     def next_wakeup(self, now: float) -> float | None:

@@ -124,15 +124,16 @@ class SlaqPolicy:
         expiry = self.epochs.after(now) if oversubscribed else INF
         pad.set_expiry(expiry)
         # each app's note reports its first waiting job that is still waiting (BaselineScratchpad.decision):
-        # only that one is worded, not the thousands behind it
-        running = pad.running
-        for app in ctx.state.apps:
-            for j in app.jobs:
-                if j.id not in running and not pad.is_active(j.id):
-                    pad.why_wait[j.id] = (
-                        f"loss reduction {value[j.id]:.2e}/GPU: {pad.why_wait.get(j.id, 'does not fit')}"
-                    )
-                    break
+        # only that one is worded, not the thousands behind it, and only once read (BaselineScratchpad.later)
+        def word(p: BaselineScratchpad) -> None:
+            running, why = p.running, p.why_wait
+            for app in p.state.apps:
+                for j in app.jobs:
+                    if j.id not in running and not p.is_active(j.id):
+                        why[j.id] = f"loss reduction {value[j.id]:.2e}/GPU: {why.get(j.id, 'does not fit')}"
+                        break
+
+        pad.later(word)
         self._wake = expiry if oversubscribed else None
         return pad.decision(order, renew_expiry=expiry)
 

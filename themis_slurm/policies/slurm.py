@@ -139,10 +139,8 @@ class SlurmPolicy:
                 continue
             assert outside is not None
             if job.gpus > pad.pool.size:  # fits neither the free GPUs nor those outside the reservation
-                if not pad.pool.size:  # no GPU left: all the rest wait for the same reason
-                    for later in order[k:]:
-                        if later.id not in pad.granted:
-                            pad.why_wait.setdefault(later.id, delay)
+                if not pad.pool.size:  # no GPU left: all the rest wait for the same reason (named when read)
+                    pad.wait_rest(order, k, delay)
                     break
                 pad.wait(job, delay)
                 continue

@@ -141,12 +141,16 @@ class TiresiasPolicy:
             if jid not in pad.granted:
                 self._clock.requeue(jid, pad.now)
         # the queue goes in front of the reason an app's record reports, when that job was waiting before
-        # this call; only that reason is read, so the thousands of others are not reworded
-        why = pad.why_wait
-        for app in pad.state.apps:
-            j = pad.reported_waiting(app)
-            if j is not None and j.id not in pad.running:
-                why[j.id] = f"queue {queue[j.id]}: {why[j.id]}"
+        # this call; only that reason is read, so the thousands of others are not reworded (put off until
+        # the reasons are read: BaselineScratchpad.later)
+        def word(p: BaselineScratchpad) -> None:
+            why = p.why_wait
+            for app in p.state.apps:
+                j = p.reported_waiting(app)
+                if j is not None and j.id not in p.running:
+                    why[j.id] = f"queue {queue[j.id]}: {why[j.id]}"
+
+        pad.later(word)
         self._wake = self._next_event(pad, queue, promote_at)
         return pad.decision(order)
 

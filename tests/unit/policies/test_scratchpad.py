@@ -102,10 +102,11 @@ def test_the_tail_of_a_full_queue_is_named_when_first_read() -> None:
     queue = pad.waiting()
     pad.wait(queue[0], "first in line")
     priority_fill(pad, queue, lambda j, p: pad.fit(j, pool=p))
-    assert pad._rest and pad._why == {"b1": "first in line"}  # pending, not yet entered
-    pad.explain_waiting(lambda j: f"explained {j.id}")  # overrides, pending or not
-    assert pad.why_wait == {"b1": "explained b1", **{f"b{i}": "does not fit" for i in range(2, 7)}}
-    assert not pad._rest
+    assert pad._later and pad._why == {"b1": "first in line"}  # put off, not yet entered
+    pad.explain_waiting(lambda j, why: f"explained {j.id} ({why})")  # overrides, after the tail as asked
+    assert pad._why == {"b1": "first in line"}
+    assert pad.why_wait == {"b1": "explained b1 (first in line)", **{f"b{i}": "does not fit" for i in range(2, 7)}}
+    assert not pad._later
 
 
 def test_a_preemption_enters_a_pending_tail_first() -> None:
@@ -118,3 +119,23 @@ def test_a_preemption_enters_a_pending_tail_first() -> None:
     pad.grant(queue[0], pad.running["a1"].gpus)
     assert "a1" not in pad.why_wait and "b1" not in pad.why_wait
     assert {jid for jid, why in pad.why_wait.items() if why == "does not fit"} == {f"b{i}" for i in range(2, 7)}
+
+
+def test_put_off_wordings_run_in_order_before_a_start() -> None:
+    """A wording put off with later() sees the reasons and holders it would have seen at once: a grant
+    after it first runs it (so it words b1, which then starts and drops its reason, and not b2), and a
+    wording that reads the reasons itself sees those of the wordings asked for before it."""
+    pad = _queue_on_a_full_cluster()
+    b1, b2 = pad.jobs["b1"], pad.jobs["b2"]
+    pad.wait_rest(pad.waiting(), 0, "does not fit")
+
+    def reword(p: BaselineScratchpad) -> None:  # as tiresias and slaq do: the reported job's reason
+        j = p.reported_waiting(p.apps["B"])
+        assert j is not None
+        p.why_wait[j.id] = f"queue 1: {p.why_wait[j.id]}"
+
+    pad.later(reword)
+    assert pad._why == {}
+    pad.preempt("a1", "test")  # runs both wordings first: b1 is reworded while it still waits
+    pad.grant(b1, pad.running["a1"].gpus)
+    assert "b1" not in pad.why_wait and pad.why_wait[b2.id] == "does not fit"
