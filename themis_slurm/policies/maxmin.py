@@ -30,7 +30,7 @@ from themis_slurm.core.decision import Decision
 from themis_slurm.core.placement import Pool
 from themis_slurm.core.workload import Job
 from themis_slurm.policies.base import PolicyContext
-from themis_slurm.policies.common import INF, BaselineScratchpad, EpochClock, priority_fill
+from themis_slurm.policies.common import INF, BaselineScratchpad, EpochClock, priority_fill, ranked
 from themis_slurm.policies.fairshare import job_time_fractions, water_fill
 
 _EPS = 1e-9
@@ -62,11 +62,9 @@ class MaxMinPolicy:
         capacity = ctx.state.managed_gpus
         x = self.fractions(ctx, capacity)
 
-        # the sort key (minus the priority X_j / received fraction floored at _EPS, submit, id), as two
-        # dictionaries of floats, and each app's time share in GPUs (for its note); the hot loop of ftf and
-        # maxmin: every unfinished job
-        neg: dict[str, float] = {}  # minus the priority
-        submit: dict[str, float] = {}
+        # minus the priority X_j / received fraction floored at _EPS (the rank, then submit and id), and each
+        # app's time share in GPUs (for its note); the hot loop of ftf and maxmin: every unfinished job
+        neg: dict[str, float] = {}
         share: dict[str, float] = {}
         for app in ctx.state.apps:
             total = 0.0
@@ -80,25 +78,18 @@ class MaxMinPolicy:
                     neg[jid] = -(xj / (received if received > _EPS else _EPS))
                 else:  # never ran: received nothing
                     neg[jid] = -(xj / _EPS)
-                submit[jid] = j.submit
                 total += xj * j.gpus
             share[app.id] = total
-
-        def key(jid: str) -> tuple[float, float, str]:
-            return neg[jid], submit[jid], jid
-
         at_boundary = self.epochs.on_boundary(now)
         rotatable = self.epochs.rotatable(pad)
         running, jobs = pad.running, pad.jobs
-        ids = [jid for jid in jobs if jid not in running]  # pad.waiting(), as ids
-        ids += rotatable
-        # sorted by key(): ids are unique, so a total order. Three stable sorts on single keys (id, then
-        # submit, then minus the priority) give the same order as one on the tuples, and compare strings
-        # and floats directly (CPython's fast paths), not tuples: a third of the time (docs/design.md)
-        ids.sort()
-        ids.sort(key=submit.__getitem__)
-        ids.sort(key=neg.__getitem__)
-        order = [jobs[jid] for jid in ids]
+
+        def key(jid: str) -> tuple[float, float, str]:
+            return neg[jid], jobs[jid].submit, jid
+
+        # waiting jobs (pad.waiting()) and those whose slice is over, by key(): a total order (ids are unique)
+        rot = set(rotatable)
+        order = ranked([j for jid, j in jobs.items() if jid not in running or jid in rot], neg, jobs)
 
         def placer(job: Job, pool: Pool) -> frozenset[int] | None:
             return pad.fit(job, pool=pool)

@@ -30,7 +30,7 @@ from themis_slurm.core.decision import Decision, GrantSource
 from themis_slurm.core.placement import Pool
 from themis_slurm.core.workload import Job
 from themis_slurm.policies.base import PolicyContext
-from themis_slurm.policies.common import BaselineScratchpad, estimated_runtime
+from themis_slurm.policies.common import BaselineScratchpad, estimated_runtime, ranked
 
 DAY = 86400.0
 
@@ -109,8 +109,8 @@ class SlurmPolicy:
             p = prio[j.id] = w_age * min(1.0, max(0.0, now - j.submit) / max_age) + w_fair * factor[owner[aid]]
             if aid not in best or p > best[aid]:
                 best[aid] = p
-        # by (-priority, submit, id): ids are unique, so the jobs themselves are never compared
-        order = [t[3] for t in sorted([(-prio[j.id], j.submit, j.id, j) for j in waiting])]
+        # by (-priority, submit, id)
+        order = ranked(waiting, prio, pad.jobs, descending=True)
 
         shadow: float | None = None  # reservation start
         reserved: frozenset[int] = frozenset()

@@ -20,7 +20,7 @@ from __future__ import annotations
 from themis_slurm.core.decision import Decision
 from themis_slurm.core.workload import Job
 from themis_slurm.policies.base import PolicyContext
-from themis_slurm.policies.common import MIN_REMAINING, BaselineScratchpad, priority_fill
+from themis_slurm.policies.common import MIN_REMAINING, BaselineScratchpad, priority_fill, ranked
 
 
 def remaining_time(job: Job) -> float:
@@ -40,16 +40,16 @@ class SrtfPolicy:
     def schedule(self, ctx: PolicyContext) -> Decision:
         pad = BaselineScratchpad(ctx.state, self.name)
 
-        key = {jid: (remaining_time(j), j.submit, jid) for jid, j in pad.jobs.items()}
-        # by key: ids are unique, so the jobs themselves are never compared
-        order = [t[1] for t in sorted([(key[jid], j) for jid, j in pad.jobs.items()])]
-        longest_first = sorted(pad.running, key=key.__getitem__, reverse=True)
+        jobs = pad.jobs
+        left = {jid: remaining_time(j) for jid, j in jobs.items()}
+        order = ranked(jobs.values(), left, jobs)  # by (remaining time, submit, id)
+        longest_first = sorted(pad.running, key=lambda jid: (left[jid], jobs[jid].submit, jid), reverse=True)
 
         def victims(job: Job) -> list[str]:
-            mine = key[job.id][0]
+            mine = left[job.id]
             out = []
             for jid in longest_first:
-                if key[jid][0] <= mine:
+                if left[jid] <= mine:
                     break
                 if jid not in pad.preempted:
                     out.append(jid)

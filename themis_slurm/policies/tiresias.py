@@ -37,7 +37,14 @@ from collections.abc import Sequence
 from themis_slurm.core.decision import Decision
 from themis_slurm.core.workload import Job
 from themis_slurm.policies.base import PolicyContext
-from themis_slurm.policies.common import INF, BaselineScratchpad, WaitClock, priority_fill, profile_sensitive
+from themis_slurm.policies.common import (
+    INF,
+    BaselineScratchpad,
+    WaitClock,
+    priority_fill,
+    profile_sensitive,
+    ranked,
+)
 
 
 class TiresiasPolicy:
@@ -73,9 +80,9 @@ class TiresiasPolicy:
         """0 is the highest-priority queue."""
         return bisect.bisect_right(self.thresholds, self._service(job))
 
-    def _rank(self, pad: BaselineScratchpad) -> tuple[dict[str, int], list, list[tuple[float, str]]]:
-        """Every job's queue, with waiting jobs promoted that waited long enough; the sort keys of the
-        queue order; and when each waiting job still outside queue 0 would be promoted.
+    def _rank(self, pad: BaselineScratchpad) -> tuple[dict[str, int], list[tuple[float, str]]]:
+        """Every job's queue, with waiting jobs promoted that waited long enough; and when each waiting job
+        still outside queue 0 would be promoted.
 
         One pass over every unfinished job at every call (this was four: queues, promotions, sort keys and
         the promotion instants :meth:`_next_event` needs), with :meth:`queue_of` and the promotion rule
@@ -87,7 +94,6 @@ class TiresiasPolicy:
         knob = self.promote_knob
         since = self._clock.since_of()
         queue: dict[str, int] = {}
-        keys: list = []  # (queue, submit, id, job): ids are unique, so the jobs themselves are never compared
         promote_at: list[tuple[float, str]] = []
         for jid, job in pad.jobs.items():  # pad.waiting()'s order for the promotion notes, without building it
             service = job.service
@@ -106,17 +112,15 @@ class TiresiasPolicy:
                     else:
                         promote_at.append((since[jid] + knob * executed, jid))
             queue[jid] = q
-            keys.append((q, job.submit, jid, job))
-        return queue, keys, promote_at
+        return queue, promote_at
 
     # ----------------------------------------------------------------- schedule
     def schedule(self, ctx: PolicyContext) -> Decision:
         pad = BaselineScratchpad(ctx.state, self.name)
         self._clock.sync(pad)
         self._base = {jid: b for jid, b in self._base.items() if jid in pad.jobs}
-        queue, keys, promote_at = self._rank(pad)
-        keys.sort()
-        order = [t[3] for t in keys]  # by (queue, submit, id)
+        queue, promote_at = self._rank(pad)
+        order = ranked(pad.jobs.values(), queue, pad.jobs)  # by (queue, submit, id)
 
         def placer(job: Job, pool) -> frozenset[int] | None:
             return pad.fit(job, pool=pool, consolidate=self.consolidate and profile_sensitive(job))
