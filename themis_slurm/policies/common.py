@@ -628,12 +628,15 @@ class WaitClock:
 
     def in_queue_order(self, jobs: Iterable[Job]) -> list[Job]:
         """Waiting `jobs` in queue order: earlier joiners first, ties in the order they were seen (a job's
-        sequence number is unique, so the jobs themselves are never compared). Sorted on built tuples
-        rather than through a key function: this runs over every waiting job at every call."""
-        since, seq = self._since, self._seq
-        keyed = [(since[j.id], seq[j.id], j) for j in jobs]
-        keyed.sort()
-        return [k[2] for k in keyed]
+        sequence number is unique: a total order). Two stable sorts of the ids, by sequence number then
+        by joining time, the order of a sort on (joined, sequence) tuples (see :func:`ranked`): this runs
+        over every waiting job at every call."""
+        jobs = list(jobs)
+        ids = [j.id for j in jobs]
+        by_id = dict(zip(ids, jobs, strict=True))
+        ids.sort(key=self._seq.__getitem__)
+        ids.sort(key=self._since.__getitem__)
+        return [by_id[jid] for jid in ids]
 
 
 def profile_sensitive(job: Job) -> bool:
