@@ -267,7 +267,9 @@ class BaselineScratchpad:
 
     # ----------------------------------------------------------------- bookkeeping
     def wait(self, job: Job, why: str) -> None:
-        self.why_wait.setdefault(job.id, why)
+        if self._later and not self._settling:  # why_wait, inlined (called for every job of a long queue)
+            self._settle()
+        self._why.setdefault(job.id, why)
 
     def later(self, word: Callable[[BaselineScratchpad], None]) -> None:
         """Run ``word(pad)`` (which reads and writes waiting reasons) when the reasons are first read
