@@ -67,9 +67,10 @@ class Scale:
     solver: str = "fast"  # Themis's winner determination (auto: 15-46x the time at 84 apps, no lower max rho; docs/design.md)
 
 
-# Measured here (2 workers on an idle 2-core machine, with the reserved gang kept): 11.1 min; the simulations' own
-# times sum to 1,321 s over 95 runs (Themis 655 s over 33 runs of 16-34 s, the contention-2 one 59 s; ftf 254,
-# maxmin 145, slurm 74). At 0a0671e, with 12 fewer runs: 9.0 min.
+# Measured here (2 workers on an idle 2-core machine): 10.5 min; the simulations' own times sum to 1,257 s over 95
+# runs (Themis 668 s over 33 runs of 16-34 s, the contention-2 one 60 s; ftf 227, maxmin 124, slurm 67). Before
+# the baselines' waiting reasons were put off until read (session 20): 11.1 min, 1,321 s. At 0a0671e, with 12
+# fewer runs: 9.0 min.
 FULL = Scale(apps=84, seed=0, round_interval_s=120.0, philly_jobs=None, f_values=(0.5, 0.8, 0.9, 0.95),
              lease_values=(300.0, 600.0, 1200.0), contention_values=(1.0, 2.0),
              sensitive_values=(0.0, 1.0), extra_seeds=(1, 2))  # fmt: skip
