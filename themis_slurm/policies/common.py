@@ -101,7 +101,7 @@ class BaselineScratchpad:
     preempted: dict[str, str] = field(init=False, default_factory=dict)
     renew: dict[str, float] = field(init=False, default_factory=dict)
     _why: dict[str, str] = field(init=False, default_factory=dict)
-    _later: list[Callable[[], None]] = field(init=False, default_factory=list)
+    _later: list[Callable[[BaselineScratchpad], None]] = field(init=False, default_factory=list)
     _settling: bool = field(init=False, default=False)
     _kept: dict[str, Lease] = field(init=False, default_factory=dict)
     notes: dict[str, list[str]] = field(init=False, default_factory=dict)
@@ -452,7 +452,7 @@ _ID = operator.attrgetter("id")
 _SUBMIT = operator.attrgetter("submit")
 
 
-def ranked(jobs: Iterable[Job], key: Mapping[str, float], by_id: Mapping[str, Job], *,
+def in_key_order(jobs: Iterable[Job], key: Mapping[str, float], by_id: Mapping[str, Job], *,
            descending: bool = False) -> list[Job]:  # fmt: skip
     """`jobs` in the order of the tuples ``(key[id], submit, id)`` (with `descending`, the key's largest
     first; submit and id still rising), as a sort on those tuples would give, `by_id` being the call's jobs.
@@ -630,9 +630,9 @@ class WaitClock:
 
     def in_queue_order(self, jobs: Iterable[Job]) -> list[Job]:
         """Waiting `jobs` in queue order: earlier joiners first, ties in the order they were seen (a job's
-        sequence number is unique: a total order). Two stable sorts of the ids, by sequence number then
-        by joining time, the order of a sort on (joined, sequence) tuples (see :func:`ranked`): this runs
-        over every waiting job at every call."""
+        sequence number is unique: a total order). Two stable sorts of the ids, by sequence number then by
+        joining time: the order of a sort on (joined, sequence) tuples (see :func:`in_key_order`), run over
+        every waiting job at every call."""
         jobs = list(jobs)
         ids = [j.id for j in jobs]
         by_id = dict(zip(ids, jobs, strict=True))

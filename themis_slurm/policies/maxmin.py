@@ -30,7 +30,7 @@ from themis_slurm.core.decision import Decision
 from themis_slurm.core.placement import Pool
 from themis_slurm.core.workload import Job
 from themis_slurm.policies.base import PolicyContext
-from themis_slurm.policies.common import INF, BaselineScratchpad, EpochClock, priority_fill, ranked
+from themis_slurm.policies.common import INF, BaselineScratchpad, EpochClock, in_key_order, priority_fill
 from themis_slurm.policies.fairshare import job_time_fractions, water_fill
 
 _EPS = 1e-9
@@ -89,7 +89,7 @@ class MaxMinPolicy:
 
         # waiting jobs (pad.waiting()) and those whose slice is over, by key(): a total order (ids are unique)
         rot = set(rotatable)
-        order = ranked([j for jid, j in jobs.items() if jid not in running or jid in rot], neg, jobs)
+        order = in_key_order([j for jid, j in jobs.items() if jid not in running or jid in rot], neg, jobs)
 
         def placer(job: Job, pool: Pool) -> frozenset[int] | None:
             return pad.fit(job, pool=pool)

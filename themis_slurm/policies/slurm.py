@@ -30,7 +30,7 @@ from themis_slurm.core.decision import Decision, GrantSource
 from themis_slurm.core.placement import Pool
 from themis_slurm.core.workload import Job
 from themis_slurm.policies.base import PolicyContext
-from themis_slurm.policies.common import BaselineScratchpad, estimated_runtime, ranked
+from themis_slurm.policies.common import BaselineScratchpad, estimated_runtime, in_key_order
 
 DAY = 86400.0
 
@@ -110,7 +110,7 @@ class SlurmPolicy:
             if aid not in best or p > best[aid]:
                 best[aid] = p
         # by (-priority, submit, id)
-        order = ranked(waiting, prio, pad.jobs, descending=True)
+        order = in_key_order(waiting, prio, pad.jobs, descending=True)
 
         shadow: float | None = None  # reservation start
         reserved: frozenset[int] = frozenset()

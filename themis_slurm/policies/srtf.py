@@ -20,7 +20,7 @@ from __future__ import annotations
 from themis_slurm.core.decision import Decision
 from themis_slurm.core.workload import Job
 from themis_slurm.policies.base import PolicyContext
-from themis_slurm.policies.common import MIN_REMAINING, BaselineScratchpad, priority_fill, ranked
+from themis_slurm.policies.common import MIN_REMAINING, BaselineScratchpad, in_key_order, priority_fill
 
 
 def remaining_time(job: Job) -> float:
@@ -42,7 +42,7 @@ class SrtfPolicy:
 
         jobs = pad.jobs
         left = {jid: remaining_time(j) for jid, j in jobs.items()}
-        order = ranked(jobs.values(), left, jobs)  # by (remaining time, submit, id)
+        order = in_key_order(jobs.values(), left, jobs)  # by (remaining time, submit, id)
         longest_first = sorted(pad.running, key=lambda jid: (left[jid], jobs[jid].submit, jid), reverse=True)
 
         def victims(job: Job) -> list[str]:

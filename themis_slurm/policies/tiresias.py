@@ -41,9 +41,9 @@ from themis_slurm.policies.common import (
     INF,
     BaselineScratchpad,
     WaitClock,
+    in_key_order,
     priority_fill,
     profile_sensitive,
-    ranked,
 )
 
 
@@ -120,7 +120,7 @@ class TiresiasPolicy:
         self._clock.sync(pad)
         self._base = {jid: b for jid, b in self._base.items() if jid in pad.jobs}
         queue, promote_at = self._rank(pad)
-        order = ranked(pad.jobs.values(), queue, pad.jobs)  # by (queue, submit, id)
+        order = in_key_order(pad.jobs.values(), queue, pad.jobs)  # by (queue, submit, id)
 
         def placer(job: Job, pool) -> frozenset[int] | None:
             return pad.fit(job, pool=pool, consolidate=self.consolidate and profile_sensitive(job))

@@ -1,4 +1,4 @@
-"""policies.common.ranked: three stable sorts give the order of one sort on (key, submit, id) tuples."""
+"""policies.common.in_key_order: three stable sorts give the order of one sort on (key, submit, id) tuples."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 import pytest
 
 from themis_slurm.core.workload import Job
-from themis_slurm.policies.common import ranked
+from themis_slurm.policies.common import in_key_order
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -21,7 +21,7 @@ def test_ranked_is_the_tuple_order(seed: int) -> None:
     key = {j.id: rng.choice([0.0, -0.0, 1.5, -2.0, float(rng.randint(0, 3))]) for j in jobs}
     by_id = {j.id: j for j in jobs}
     rng.shuffle(jobs)
-    assert ranked(jobs, key, by_id) == [t[3] for t in sorted((key[j.id], j.submit, j.id, j) for j in jobs)]
-    assert ranked(jobs, key, by_id, descending=True) == [
+    assert in_key_order(jobs, key, by_id) == [t[3] for t in sorted((key[j.id], j.submit, j.id, j) for j in jobs)]
+    assert in_key_order(jobs, key, by_id, descending=True) == [
         t[3] for t in sorted((-key[j.id], j.submit, j.id, j) for j in jobs)
     ]
