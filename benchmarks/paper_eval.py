@@ -11,7 +11,7 @@ Experiments (all deterministic for the seeds below):
      with and without progress reports (jobs report their fraction done every PROGRESS_S seconds), all with
      estimate calibration (the default); Themis also without it, to show what calibration buys.
 
-    python benchmarks/paper_eval.py            # full: 84 apps as in the paper (FULL below), about 11 min with 2 workers (2-core machine)
+    python benchmarks/paper_eval.py            # full: 84 apps as in the paper (FULL below), about 10.5 min with 2 workers (2-core machine)
     python benchmarks/paper_eval.py --quick    # a small smoke version, to check the pipeline (about 2 min)
 
 Simulations run in parallel worker processes (--workers, default 2); each is deterministic, so the document
