@@ -20,12 +20,14 @@ from operator import attrgetter
 from themis_slurm.core.fairness import FairnessModel, virtual_lateness
 from themis_slurm.core.job_facts import JobFactsCache
 from themis_slurm.core.placement import Pool, Profile, get_profile, throughput
+from themis_slurm.core.quick_init import quick_init
 from themis_slurm.core.topology import Level
 from themis_slurm.core.workload import App, Job
 
 _ORDER = attrgetter("order")  # JobFacts.order: the bidding order after lease holders
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Gang:
     """A placed gang: the job's GPUs, the level they span and the throughput they give."""
@@ -36,7 +38,8 @@ class Gang:
     throughput: float
 
 
-@dataclass(frozen=True)
+@quick_init
+@dataclass(frozen=True, slots=True)
 class Bundle:
     """One row of a valuation table: a set of gangs for one app and the rho it would reach."""
 

@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from themis_slurm.core.quick_init import quick_init
+
 
 class Outcome(StrEnum):
     """What the round did for an app (AppRecord.outcome). Sentences are made from it at the edges only."""
@@ -68,6 +70,7 @@ class ReservationNote:
     started: bool                         # it started on its reservation in this round
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Grant:
     """Start `job_id` on `gpus` (per-node counts in `nodes`) with a lease until `lease_expiry`.
@@ -87,6 +90,7 @@ class Grant:
     migrated: bool = False
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Renewal:
     """A lease holder keeps its GPUs, untouched, until `lease_expiry`."""
@@ -100,6 +104,7 @@ class Renewal:
     note: str = ""                        # a baseline's free-text note (Themis: empty; see themis_slurm.reasons)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Preemption:
     """Take `gpus` back from `job_id`: warn (SIGUSR1), then requeue it to wait for a later round."""
@@ -111,6 +116,7 @@ class Preemption:
     note: str = ""                        # a baseline's free-text note (Themis: empty)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class AppRecord:
     """One app's part in a round, for the audit log and `themis explain`."""

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from themis_slurm.core.quick_init import quick_init
+
 #: Remaining work assumed for a job that has run past its estimate (a fraction of the estimate).
 OVERRUN_FRACTION = 0.05
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Job:
     """One gang-scheduled job of an app.
@@ -75,6 +78,7 @@ class Job:
         return 1 if self.elastic else self.gpus
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Lease:
     """A grant in time: `job_id` holds `gpus` from `start` until `expiry` (inf: never re-auctioned)."""
@@ -85,6 +89,7 @@ class Lease:
     expiry: float
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class App:
     """A unit of fairness.

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from themis_slurm.core.decision import Decision
+from themis_slurm.core.quick_init import quick_init
 from themis_slurm.core.state import ClusterState
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import Job
@@ -33,6 +34,7 @@ class InvalidDecision(ValueError):
     """A policy returned a decision that breaks the rules above; the message names the policy and the rule."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Holding:
     """What a running job holds, as the validator needs it."""
