@@ -67,17 +67,18 @@ def _width_then_id(j: Job) -> tuple[int, str]:
     return j.gpus, j.id
 
 
-def job_time_fractions(share: float, jobs: Sequence[Job], out: dict[str, float]) -> None:
+def job_time_fractions(share: float, jobs: Sequence[Job], out: dict[str, float], widths: int | None = None) -> None:
     """X_j = min(1, s_j / width_j) into `out`, s being ``water_fill(share, {job: width})``: the same floats
     in the same order, without a dictionary of demands and one of shares per app and call (ftf and maxmin,
-    policies/maxmin.py, ask this of every unfinished job of every app, at every call).
+    policies/maxmin.py, ask this of every unfinished job of every app, at every call). `widths` is the
+    sum of the jobs' widths (the app's demand) when the caller has it already.
 
     An app whose share covers all its jobs (the sum of their widths) runs each all the time, with no sort;
     nor is there one when even the narrowest job is wider than an equal split of the share (every job then
     gets that split): the same floats, entered in the app's job order instead of the sorted one (callers
     only look them up).
     """
-    if share >= sum(j.gpus for j in jobs):
+    if share >= (sum(j.gpus for j in jobs) if widths is None else widths):
         for j in jobs:
             out[j.id] = 1.0
         return
@@ -88,7 +89,7 @@ def job_time_fractions(share: float, jobs: Sequence[Job], out: dict[str, float])
             out[j.id] = 0.0
         return
     level = left / n
-    if min(j.gpus for j in jobs) > level:
+    if level < 1.0 or min(j.gpus for j in jobs) > level:  # every width is at least 1: no min() below one GPU
         # the loop below would stop at its first job (the narrowest) and give everyone the level: no sort
         # needed (an app of one-GPU jobs whose share is below its job count, the common case)
         for j in jobs:

@@ -54,7 +54,7 @@ def ftf_shares(apps: list[App], model: FairnessModel, now: float, capacity: floa
 
     Each app's numbers are read once per call, not at each of the bisection's some 25 steps.
     """
-    demand = {a.id: float(a.demand) for a in apps}
+    demand = {a.id: float(model.demand(a)) for a in apps}  # App.demand, from the pass that computes facts
     rows = []  # (t_id, remaining, path, elapsed, the most GPUs it may use) per app, in app order
     for a in apps:
         t_id, remaining, path = model.facts(a)
@@ -108,5 +108,5 @@ class FtfPolicy(MaxMinPolicy):
         shares, self.last_max_rho = ftf_shares(list(s.apps), model, s.now, capacity)
         out: dict[str, float] = {}
         for a in s.apps:
-            job_time_fractions(shares[a.id], a.jobs, out)
+            job_time_fractions(shares[a.id], a.jobs, out, model.demand(a))
         return out

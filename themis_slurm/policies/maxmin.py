@@ -38,10 +38,11 @@ _EPS = 1e-9
 
 def time_fractions(jobs_by_app: Mapping[str, Sequence[Job]], capacity: float) -> dict[str, float]:
     """X_j for every job: max-min shares of `capacity` GPUs over apps, then over each app's jobs."""
-    shares = water_fill(capacity, {a: float(sum(j.gpus for j in js)) for a, js in jobs_by_app.items()})
+    widths = {a: sum(j.gpus for j in js) for a, js in jobs_by_app.items()}
+    shares = water_fill(capacity, {a: float(w) for a, w in widths.items()})
     out: dict[str, float] = {}
     for aid, jobs in jobs_by_app.items():
-        job_time_fractions(shares[aid], jobs, out)
+        job_time_fractions(shares[aid], jobs, out, widths[aid])
     return out
 
 
