@@ -105,6 +105,7 @@ class BaselineScratchpad:
     _settling: bool = field(init=False, default=False)
     _kept: dict[str, Lease] = field(init=False, default_factory=dict)
     notes: dict[str, list[str]] = field(init=False, default_factory=dict)
+    _notes_later: list[Callable[[], Mapping[str, str]]] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
         s = self.state
@@ -121,6 +122,7 @@ class BaselineScratchpad:
         self._later = []
         self._settling = False
         self.notes = {}
+        self._notes_later = []
 
     # ----------------------------------------------------------------- views
     @property
@@ -328,6 +330,13 @@ class BaselineScratchpad:
     def note(self, app_id: str, text: str) -> None:
         self.notes.setdefault(app_id, []).append(text)
 
+    def note_later(self, notes: Callable[[], Mapping[str, str]]) -> None:
+        """Add the note ``notes()[app]`` to each app it names when the records are built (after the notes
+        added with :meth:`note`): ftf's and maxmin's time shares are a sum over every unfinished job,
+        which a call whose records nobody reads (the simulator's) need not take. `notes` must depend
+        only on what the call does not change (the state and the policy's own numbers)."""
+        self._notes_later.append(notes)
+
     def renew_all(self, expiry: float) -> None:
         """Ask for every kept running job's lease to run until `expiry` (only expired ones are emitted
         unless the policy sets :attr:`renew` itself)."""
@@ -411,6 +420,9 @@ class BaselineScratchpad:
             if jid not in self.granted:
                 lost_by.setdefault(self.jobs[jid].app_id, []).append(jid)
         why_wait = self.why_wait
+        while self._notes_later:
+            for aid, text in self._notes_later.pop(0)().items():
+                self.note(aid, text)
         records: dict[str, AppRecord] = {}
         ranked = len(rank)
         for app in self.state.apps:

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 
 from themis_slurm.core.decision import Decision
 from themis_slurm.core.placement import Pool
-from themis_slurm.core.workload import Job
+from themis_slurm.core.workload import App, Job
 from themis_slurm.policies.base import PolicyContext
 from themis_slurm.policies.common import INF, BaselineScratchpad, EpochClock, in_key_order, priority_fill
 from themis_slurm.policies.fairshare import job_time_fractions, water_fill
@@ -43,6 +43,17 @@ def time_fractions(jobs_by_app: Mapping[str, Sequence[Job]], capacity: float) ->
     out: dict[str, float] = {}
     for aid, jobs in jobs_by_app.items():
         job_time_fractions(shares[aid], jobs, out, widths[aid])
+    return out
+
+
+def _share_notes(policy: str, apps: Sequence[App], x: Mapping[str, float]) -> dict[str, str]:
+    """Each app's time share in GPUs (the sum of X_j x width over its jobs), as its record's note."""
+    out: dict[str, str] = {}
+    for app in apps:
+        total = 0.0
+        for j in app.jobs:
+            total += x[j.id] * j.gpus
+        out[app.id] = f"{policy} time share {total:.2f} GPU(s)"
     return out
 
 
@@ -63,12 +74,10 @@ class MaxMinPolicy:
         capacity = ctx.state.managed_gpus
         x = self.fractions(ctx, capacity)
 
-        # minus the priority X_j / received fraction floored at _EPS (the rank, then submit and id), and each
-        # app's time share in GPUs (for its note); the hot loop of ftf and maxmin: every unfinished job
+        # minus the priority X_j / received fraction floored at _EPS (the rank, then submit and id); the hot
+        # loop of ftf and maxmin: every unfinished job
         neg: dict[str, float] = {}
-        share: dict[str, float] = {}
         for app in ctx.state.apps:
-            total = 0.0
             for j in app.jobs:
                 jid = j.id
                 xj = x[jid]
@@ -79,8 +88,6 @@ class MaxMinPolicy:
                     neg[jid] = -(xj / (received if received > _EPS else _EPS))
                 else:  # never ran: received nothing
                     neg[jid] = -(xj / _EPS)
-                total += xj * j.gpus
-            share[app.id] = total
         at_boundary = self.epochs.on_boundary(now)
         rotatable = self.epochs.rotatable(pad)
         running, jobs = pad.running, pad.jobs
@@ -108,8 +115,7 @@ class MaxMinPolicy:
         oversubscribed = any(not pad.is_active(j.id) for j in pad.jobs.values())
         expiry = self.epochs.after(now) if oversubscribed else INF
         pad.set_expiry(expiry)
-        for aid, gpus in share.items():
-            pad.note(aid, f"{self.name} time share {gpus:.2f} GPU(s)")
+        pad.note_later(lambda: _share_notes(self.name, ctx.state.apps, x))
         next_round = self.epochs.after(now)
         pad.explain_waiting(lambda j, _: f"priority {-neg[j.id]:.2f}: next round at t={next_round:.0f}")
         self._wake = expiry if oversubscribed else None

@@ -139,3 +139,29 @@ def test_put_off_wordings_run_in_order_before_a_start() -> None:
     pad.preempt("a1", "test")  # runs both wordings first: b1 is reworded while it still waits
     pad.grant(b1, pad.running["a1"].gpus)
     assert "b1" not in pad.why_wait and pad.why_wait[b2.id] == "does not fit"
+
+
+def test_notes_put_off_are_made_for_the_records_after_the_others() -> None:
+    """note_later: the notes come from the function when the records are built (never in a call whose
+    records nobody reads), after those added at once; maxmin's time shares are made this way."""
+    pad = BaselineScratchpad(_state(), "test")
+    asked = []
+
+    def shares() -> dict[str, str]:
+        asked.append(1)
+        return {"A": "share 1.50", "B": "share 0.50"}
+
+    pad.note_later(shares)
+    pad.note("A", "at once")
+    decision = pad.decision()
+    assert not asked  # nothing read yet
+    assert decision.apps["A"].note.endswith("at once; share 1.50")
+    assert decision.apps["B"].note.endswith("share 0.50")
+    assert asked == [1]
+
+
+def test_maxmin_reports_each_apps_time_share() -> None:
+    d = make_policy("maxmin").schedule(ctx(_state()))
+    # 4 GPUs over demands 2 and 2: each app's jobs get all their GPUs' time
+    assert "maxmin time share 2.00 GPU(s)" in d.apps["A"].note
+    assert "maxmin time share 2.00 GPU(s)" in d.apps["B"].note
