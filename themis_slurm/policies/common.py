@@ -93,7 +93,7 @@ class BaselineScratchpad:
     policy: str
     topo: Topology = field(init=False)
     now: float = field(init=False)
-    jobs: dict[str, Job] = field(init=False)
+    jobs: dict[str, Job] = field(init=False)  # by id, for lookups: in no set order (check_state); state.apps has it
     apps: dict[str, App] = field(init=False)
     running: dict[str, Lease] = field(init=False)
     pool: Pool = field(init=False)
@@ -624,9 +624,11 @@ class WaitClock:
         for jid in [jid for jid in since if jid not in live or jid in running]:
             del since[jid]
             del self._seq[jid]
-        for jid, job in live.items():  # pad.waiting()'s order, without building it (every job, every call)
-            if jid not in since and jid not in running:
-                self._stamp(jid, job.submit if job.service <= 0 else pad.now)
+        for app in pad.state.apps:  # pad.waiting()'s order (not pad.jobs's: the state builder's), without building it
+            for job in app.jobs:
+                jid = job.id
+                if jid not in since and jid not in running:
+                    self._stamp(jid, job.submit if job.service <= 0 else pad.now)
 
     def _stamp(self, jid: str, t: float) -> None:
         self._n += 1

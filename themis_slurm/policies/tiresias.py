@@ -31,6 +31,7 @@ Simplifications and choices (ours):
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -95,8 +96,9 @@ class TiresiasPolicy:
         since = self._clock.since_of()
         queue: dict[str, int] = {}
         promote_at: list[tuple[float, str]] = []
-        for jid, job in pad.jobs.items():  # pad.waiting()'s order for the promotion notes, without building it
-            service = job.service
+        # pad.waiting()'s order for the promotion notes (not pad.jobs's: the state builder's), without building it
+        for job in itertools.chain.from_iterable(a.jobs for a in pad.state.apps):
+            jid, service = job.id, job.service
             if service <= 0:
                 q = 0
             else:

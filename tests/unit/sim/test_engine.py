@@ -10,8 +10,12 @@ import pytest
 from themis_slurm.core.arbiter import ArbiterConfig
 from themis_slurm.core.decision import Decision, Grant, GrantSource
 from themis_slurm.core.placement import Pool, get_profile
+from themis_slurm.core.state import ClusterState, check_state
 from themis_slurm.core.topology import Topology
+from themis_slurm.core.workload import App, Job
+from themis_slurm.policies import make_policy
 from themis_slurm.policies.base import PolicyContext, ThemisPolicy
+from themis_slurm.policies.tiresias import TiresiasPolicy
 from themis_slurm.sim.engine import (
     InvalidDecision,
     SimConfig,
@@ -173,6 +177,70 @@ def test_state_holds_only_present_work_and_round_interval():
             assert app.jobs and app.contention >= 1
         leased = {lease.job_id for lease in ctx.state.leases}
         assert leased <= {j.id for app in ctx.state.apps for j in app.jobs}
+
+
+class IndexCheck(Spy):
+    """Checks at each call (the index changes between calls) that the state's job_index is every app's
+    jobs by id, the very objects, and that the policy's checked copy is a dictionary of its own."""
+
+    def schedule(self, ctx: PolicyContext) -> Decision:
+        s = ctx.state
+        assert s.job_index is not None
+        by_apps = {j.id: j for a in s.apps for j in a.jobs}
+        assert by_apps.keys() == s.job_index.keys()
+        assert all(s.job_index[jid] is j for jid, j in by_apps.items())
+        checked = check_state(s)
+        assert checked == by_apps and checked is not s.job_index
+        self.seen.append(s.now)
+        return self.inner.schedule(ctx)
+
+
+@pytest.mark.parametrize("policy", ["themis", "maxmin", "gandiva", "tiresias"])
+def test_the_job_index_is_the_apps_jobs_at_every_call(policy):
+    """The simulator keeps ClusterState.job_index across calls (jobs come, start, are preempted, finish,
+    and are re-estimated by calibration and progress reports); at every call it must be exactly the apps'
+    jobs, and the results must not depend on it (the same as with the index built from the apps)."""
+    jobs = small_trace(3)
+
+    def make():  # Tiresias's queues at a minute and ten: the small trace's jobs run for minutes
+        if policy == "themis":
+            return ThemisPolicy(ArbiterConfig(lease_s=120))
+        return TiresiasPolicy(thresholds=(60.0, 600.0)) if policy == "tiresias" else make_policy(policy)
+
+    inner = make()
+    cfg = SimConfig(restart_cost_s=20, progress_interval_s=300.0, estimate_error=EstimateError.parse("uniform:1:3"))
+    spy = IndexCheck(inner)
+    topo = Topology.uniform(1, 2, 4)  # 8 GPUs: contended, so every baseline here preempts
+    res = simulate(jobs, topo, spy, cfg)
+    assert len(spy.seen) == res.policy_calls > 20 and res.preemptions > 0
+
+    class NoIndex(Spy):  # the same run, every state's index dropped: the apps' jobs build it
+        def schedule(self, ctx: PolicyContext) -> Decision:
+            state = dataclasses.replace(ctx.state, job_index=None)
+            return self.inner.schedule(dataclasses.replace(ctx, state=state))
+
+    res2 = simulate(jobs, topo, NoIndex(make()), cfg)
+    assert res2.jobs == res.jobs and res2.apps == res.apps
+
+
+def test_a_stale_job_index_is_refused():
+    s = check_state_example()
+    moved = dataclasses.replace(s.apps[0].jobs[-1], done=1.0)
+    stale = dataclasses.replace(s, apps=(dataclasses.replace(s.apps[0], jobs=(*s.apps[0].jobs[:-1], moved)),
+                                         *s.apps[1:]))  # fmt: skip
+    with pytest.raises(ValueError, match="job_index must hold the apps' jobs"):
+        check_state(stale)
+    fewer = dataclasses.replace(s, apps=s.apps[1:])
+    with pytest.raises(ValueError, match="job_index"):
+        check_state(fewer)
+    assert check_state(dataclasses.replace(stale, job_index=None))["a2"] is moved
+
+
+def check_state_example() -> ClusterState:
+    a = App("A", "u", 0.0, (Job("a1", "A", 1, 10.0), Job("a2", "A", 1, 10.0)))
+    b = App("B", "u", 0.0, (Job("b1", "B", 2, 10.0),))
+    index = {j.id: j for app in (b, a) for j in app.jobs}  # another order than the apps': allowed
+    return ClusterState(TOPO16, 0.0, frozenset(range(16)), (), (a, b), job_index=index)
 
 
 def _grant(ctx: PolicyContext, job_id: str, gpus) -> Grant:
