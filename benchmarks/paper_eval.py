@@ -11,7 +11,7 @@ Experiments (all deterministic for the seeds below):
      with and without progress reports (jobs report their fraction done every PROGRESS_S seconds), all with
      estimate calibration (the default); Themis also without it, to show what calibration buys.
 
-    python benchmarks/paper_eval.py            # full: 84 apps as in the paper (FULL below), about 10.5 min with 2 workers (2-core machine)
+    python benchmarks/paper_eval.py            # full: 84 apps as in the paper (FULL below), about 9.6 min with 2 workers (2-core machine)
     python benchmarks/paper_eval.py --quick    # a small smoke version, to check the pipeline (about 2 min)
 
 Simulations run in parallel worker processes (--workers, default 2); each is deterministic, so the document
@@ -67,8 +67,9 @@ class Scale:
     solver: str = "fast"  # Themis's winner determination (auto: 15-46x the time at 84 apps, no lower max rho; docs/design.md)
 
 
-# Measured here (2 workers on an idle 2-core machine): 10.5 min; the simulations' own times sum to 1,257 s over 95
-# runs (Themis 668 s over 33 runs of 16-34 s, the contention-2 one 60 s; ftf 227, maxmin 124, slurm 67). Before
+# Measured here (2 workers on an idle 2-core machine): 9.6 min; the simulations' own times sum to 1,153 s over 95
+# runs (Themis 621 s over 33 runs, the paper-size ones 15-33 s and the contention-2 one 55 s; ftf 200, maxmin
+# 110, slurm 64). Before session 21's cheaper records, job index and time fractions: 10.5 min, 1,257 s; before
 # the baselines' waiting reasons were put off until read (session 20): 11.1 min, 1,321 s. At 0a0671e, with 12
 # fewer runs: 9.0 min.
 FULL = Scale(apps=84, seed=0, round_interval_s=120.0, philly_jobs=None, f_values=(0.5, 0.8, 0.9, 0.95),
