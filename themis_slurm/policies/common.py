@@ -105,7 +105,6 @@ class BaselineScratchpad:
     _settling: bool = field(init=False, default=False)
     _kept: dict[str, Lease] = field(init=False, default_factory=dict)
     notes: dict[str, list[str]] = field(init=False, default_factory=dict)
-    _notes_later: list[Callable[[], Mapping[str, str]]] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
         s = self.state
@@ -122,7 +121,6 @@ class BaselineScratchpad:
         self._later = []
         self._settling = False
         self.notes = {}
-        self._notes_later = []
 
     # ----------------------------------------------------------------- views
     @property
@@ -274,11 +272,11 @@ class BaselineScratchpad:
         self._why.setdefault(job.id, why)
 
     def later(self, word: Callable[[BaselineScratchpad], None]) -> None:
-        """Run ``word(pad)`` (which reads and writes waiting reasons) when the reasons are first read
-        (:attr:`why_wait`, the lazy AppRecords) or before a grant, preemption or restore changes who holds
-        GPUs, whichever comes first; put-off wordings run in the order they were asked for. So each sees
-        the same reasons and the same holders as if run at once, and a call whose reasons nobody reads
-        (the simulator's) words none of its queue.
+        """Run ``word(pad)`` (which reads and writes waiting reasons, or adds notes) when the reasons are
+        first read (:attr:`why_wait`; the lazy AppRecords read them before the notes) or before a grant,
+        preemption or restore changes who holds GPUs, whichever comes first; put-off wordings run in the
+        order they were asked for. So each sees the same reasons and the same holders as if run at once,
+        and a call whose records nobody reads (the simulator's) words none of its queue.
 
         `word` gets the scratchpad as its argument and must not hold it otherwise: the simulator pauses
         the garbage collector, and a scratchpad in a reference cycle with its own wordings would outlive
@@ -329,13 +327,6 @@ class BaselineScratchpad:
 
     def note(self, app_id: str, text: str) -> None:
         self.notes.setdefault(app_id, []).append(text)
-
-    def note_later(self, notes: Callable[[], Mapping[str, str]]) -> None:
-        """Add the note ``notes()[app]`` to each app it names when the records are built (after the notes
-        added with :meth:`note`): ftf's and maxmin's time shares are a sum over every unfinished job,
-        which a call whose records nobody reads (the simulator's) need not take. `notes` must depend
-        only on what the call does not change (the state and the policy's own numbers)."""
-        self._notes_later.append(notes)
 
     def renew_all(self, expiry: float) -> None:
         """Ask for every kept running job's lease to run until `expiry` (only expired ones are emitted
@@ -419,10 +410,7 @@ class BaselineScratchpad:
         for jid in self.preempted:
             if jid not in self.granted:
                 lost_by.setdefault(self.jobs[jid].app_id, []).append(jid)
-        why_wait = self.why_wait
-        while self._notes_later:
-            for aid, text in self._notes_later.pop(0)().items():
-                self.note(aid, text)
+        why_wait = self.why_wait  # runs the put-off wordings: reasons and notes
         records: dict[str, AppRecord] = {}
         ranked = len(rank)
         for app in self.state.apps:

@@ -46,15 +46,13 @@ def time_fractions(jobs_by_app: Mapping[str, Sequence[Job]], capacity: float) ->
     return out
 
 
-def _share_notes(policy: str, apps: Sequence[App], x: Mapping[str, float]) -> dict[str, str]:
-    """Each app's time share in GPUs (the sum of X_j x width over its jobs), as its record's note."""
-    out: dict[str, str] = {}
+def _note_shares(pad: BaselineScratchpad, policy: str, apps: Sequence[App], x: Mapping[str, float]) -> None:
+    """Each app's time share in GPUs (the sum of X_j x width over its jobs), as a note of its record."""
     for app in apps:
         total = 0.0
         for j in app.jobs:
             total += x[j.id] * j.gpus
-        out[app.id] = f"{policy} time share {total:.2f} GPU(s)"
-    return out
+        pad.note(app.id, f"{policy} time share {total:.2f} GPU(s)")
 
 
 class MaxMinPolicy:
@@ -115,7 +113,9 @@ class MaxMinPolicy:
         oversubscribed = any(not pad.is_active(j.id) for j in pad.jobs.values())
         expiry = self.epochs.after(now) if oversubscribed else INF
         pad.set_expiry(expiry)
-        pad.note_later(lambda: _share_notes(self.name, ctx.state.apps, x))
+        # each app's time share is a sum over its jobs, for its record's note only: put off until read
+        name, apps = self.name, ctx.state.apps
+        pad.later(lambda p: _note_shares(p, name, apps, x))
         next_round = self.epochs.after(now)
         pad.explain_waiting(lambda j, _: f"priority {-neg[j.id]:.2f}: next round at t={next_round:.0f}")
         self._wake = expiry if oversubscribed else None

@@ -142,16 +142,17 @@ def test_put_off_wordings_run_in_order_before_a_start() -> None:
 
 
 def test_notes_put_off_are_made_for_the_records_after_the_others() -> None:
-    """note_later: the notes come from the function when the records are built (never in a call whose
+    """later() also puts notes off: they are made when the records are built (never in a call whose
     records nobody reads), after those added at once; maxmin's time shares are made this way."""
     pad = BaselineScratchpad(_state(), "test")
     asked = []
 
-    def shares() -> dict[str, str]:
+    def shares(p: BaselineScratchpad) -> None:
         asked.append(1)
-        return {"A": "share 1.50", "B": "share 0.50"}
+        p.note("A", "share 1.50")
+        p.note("B", "share 0.50")
 
-    pad.note_later(shares)
+    pad.later(shares)
     pad.note("A", "at once")
     decision = pad.decision()
     assert not asked  # nothing read yet
