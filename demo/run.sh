@@ -87,7 +87,7 @@ done
 lease_min=0.75; [ "$quick" = 1 ] && lease_min=0.5
 say "3/5 starting themisd (leases of $(awk -v m=$lease_min 'BEGIN{print m*60}') s)"
 rm -rf "$DEMO_DIR/state"
-sed -e "s|@DIR@|$DEMO_DIR|g" -e "s|@ETC@|$etc|g" -e "s|@LEASE_MIN@|$lease_min|g" \
+sed -e "s|@DIR@|$DEMO_DIR|g" -e "s|@ETC@|$etc|g" -e "s|@CLUSTER@|$cluster_dir|g" -e "s|@LEASE_MIN@|$lease_min|g" \
   -e "s|@API_PORT@|$API_PORT|g" -e "s|@METRICS_PORT@|$METRICS_PORT|g" \
   "$here/demo/themis-demo.yaml" >"$DEMO_DIR/themis.yaml"
 "$themisd" --check-config "$DEMO_DIR/themis.yaml"

@@ -532,14 +532,27 @@ EOF
 }
 
 # Copies job_submit.lua and its config next to slurm.conf when the repository copy differs. cp gives the
-# copy a new mtime, which is what makes slurmctld reload the script.
+# copy a new mtime, which is what makes slurmctld reload the script. The config's fail-open is off on the
+# test cluster (no themisd runs for most tests: every job would go unheld) and its heartbeat file is
+# DIR/themisd/heartbeat (DIR/themisd belongs to the daemon's account `themis`); the fail-open tests turn it
+# on in their own copy.
 refresh_lua() {
   local f changed=0
+  install -d -m 0755 "$DIR/themisd"
+  if id themis >/dev/null 2>&1; then chown themis: "$DIR/themisd"; fi
   for f in job_submit.lua themis_job_submit.conf.lua; do
     [ -f "$SCRIPT_DIR/$f" ] || die "missing $SCRIPT_DIR/$f"
-    if ! cmp -s "$SCRIPT_DIR/$f" "$ETC/$f"; then
-      install -m 0644 "$SCRIPT_DIR/$f" "$ETC/$f.new" && mv -f "$ETC/$f.new" "$ETC/$f"
+    if [ "$f" = themis_job_submit.conf.lua ]; then
+      sed -e "s|^\(  heartbeat_file = \).*|\1\"$DIR/themisd/heartbeat\",|" \
+          -e "s|^\(  fail_open_after_s = \).*|\10,|" "$SCRIPT_DIR/$f" > "$ETC/$f.new"
+    else
+      cp "$SCRIPT_DIR/$f" "$ETC/$f.new"
+    fi
+    if ! cmp -s "$ETC/$f.new" "$ETC/$f"; then
+      chmod 0644 "$ETC/$f.new" && mv -f "$ETC/$f.new" "$ETC/$f"
       changed=1
+    else
+      rm -f "$ETC/$f.new"
     fi
   done
   # Touch the script last so a config-only change also makes slurmctld reload both.

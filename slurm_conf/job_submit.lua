@@ -98,6 +98,8 @@ local DEFAULTS = {
   operators = { "themis" },
   allow_interactive = false,
   reload_seconds = 60,
+  heartbeat_file = "/run/themis/heartbeat",
+  fail_open_after_s = 600,
 }
 
 -- --------------------------------------------------------------------------------------- small helpers
@@ -205,6 +207,10 @@ local function build_config(raw)
       ok = type(v) == "boolean"
     elseif k == "reload_seconds" then
       ok = type(v) == "number" and v >= 1
+    elseif k == "heartbeat_file" then
+      ok = type(v) == "string"
+    elseif k == "fail_open_after_s" then
+      ok = type(v) == "number" and v >= 0
     else
       slurm.log_error("themis: %s: unknown setting '%s' ignored", CONFIG_FILE, tostring(k))
       ok = nil
@@ -256,6 +262,38 @@ local function config()
     current_config = current_config or build_config({})
   end
   return current_config
+end
+
+-- ------------------------------------------------------------------------------------------- fail-open
+-- themisd rewrites heartbeat_file ("<unix time> <pid> <host>") after every cycle. Once it is older than
+-- fail_open_after_s (or missing), themisd is taken to be gone and new jobs are not held, so that nothing
+-- waits forever for a scheduler that is not there; `themisd failopen` (a systemd timer) releases the jobs
+-- held before. The record is still written: themisd holds or adopts the jobs again when it is back. One
+-- small read; a fresh heartbeat is kept for HEARTBEAT_READ_S seconds (submissions come in bursts), a
+-- missing or old one is read again at the next submission (themisd may just have come back).
+local HEARTBEAT_READ_S = 5
+local heartbeat_seen, heartbeat_read_at = nil, -math.huge
+
+local function heartbeat_age(cfg, now)
+  local fresh = heartbeat_seen ~= nil and now - heartbeat_seen <= cfg.fail_open_after_s
+  if not fresh or now - heartbeat_read_at >= HEARTBEAT_READ_S then
+    heartbeat_read_at = now
+    heartbeat_seen = nil
+    local f = io.open(cfg.heartbeat_file, "r")
+    if f then
+      heartbeat_seen = tonumber((f:read("*l") or ""):match("^%s*([%d%.]+)"))
+      f:close()
+    end
+  end
+  if heartbeat_seen == nil then return nil end
+  return now - heartbeat_seen
+end
+
+-- True when the gate is open: fail-open is on and themisd's heartbeat is missing or too old.
+local function failing_open(cfg)
+  if cfg.fail_open_after_s <= 0 or cfg.heartbeat_file == "" then return false end
+  local age = heartbeat_age(cfg, os.time())
+  return age == nil or age > cfg.fail_open_after_s
 end
 
 -- -------------------------------------------------------------------------------------- option parsing
@@ -390,10 +428,22 @@ local function job_options(job_desc)
 end
 
 -- The trusted record stored in AdminComment. Keep it short and stable: the daemon parses it.
-local function record(opts)
+local function record(opts, throttle)
   opts = opts or {}
-  return string.format("%s;app=%s;model=%s;sens=%s;est=%s", RECORD_PREFIX, opts.app or "",
-                       opts.model or "", opts.sens or "", opts.est and string.format("%d", opts.est) or "")
+  local out = string.format("%s;app=%s;model=%s;sens=%s;est=%s", RECORD_PREFIX, opts.app or "",
+                            opts.model or "", opts.sens or "", opts.est and string.format("%d", opts.est) or "")
+  if throttle then out = out .. ";throttle=" .. throttle end
+  return out
+end
+
+-- The %N throttle of an array at submit ("0-99%8" -> "8"), kept in the trusted record: slurmctld applies
+-- an owner's `scontrol update ArrayTaskThrottle=` before slurm_job_modify can refuse it, so themisd counts
+-- the throttle recorded here, never more than it.
+local function array_throttle(array_inx)
+  if array_inx == nil then return nil end
+  local n = tostring(array_inx):match("%%%s*(%d+)%s*$")
+  if n == nil or tonumber(n) == 0 then return nil end
+  return string.format("%d", tonumber(n))
 end
 
 -- ------------------------------------------------------------------------------------ job classification
@@ -482,11 +532,18 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
       return slurm.ERROR
     end
     job_desc.requeue = 1
-    job_desc.priority = 0            -- held (Reason JobHeldUser) until themisd pins and releases it
+    if failing_open(cfg) then
+      slurm.log_info("themis: FAIL-OPEN: themisd's heartbeat %s is missing or older than %d s: job of uid " ..
+                     "%d in %s not held (Slurm schedules it; themisd adopts it when it is back)",
+                     cfg.heartbeat_file, cfg.fail_open_after_s, submit_uid, where)
+    else
+      job_desc.priority = 0          -- held (Reason JobHeldUser) until themisd pins and releases it
+    end
   end
-  job_desc.admin_comment = record(opts)
-  slurm.log_info("themis: %s job of uid %d in %s: %s", cfg.mode == "enforce" and "held" or "observed",
-                 submit_uid, where, job_desc.admin_comment)
+  job_desc.admin_comment = record(opts, array_throttle(job_desc.array_inx))
+  local what = "observed"
+  if cfg.mode == "enforce" then what = job_desc.priority == 0 and "held" or "recorded, not held," end
+  slurm.log_info("themis: %s job of uid %d in %s: %s", what, submit_uid, where, job_desc.admin_comment)
   return slurm.SUCCESS
 end
 

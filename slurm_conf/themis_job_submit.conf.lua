@@ -31,6 +31,15 @@ return {
   -- unmanaged partition instead). Set true to accept them (they are held and released like batch jobs).
   allow_interactive = false,
 
-  -- Seconds between re-reads of this file by slurmctld (the only file I/O the script does).
+  -- Seconds between re-reads of this file by slurmctld.
   reload_seconds = 60,
+
+  -- Fail-open: themisd rewrites heartbeat_file after every cycle (themis.yaml failopen.heartbeat_file:
+  -- the same path; it must be readable here, i.e. on the slurmctld host). Once it is missing or older than
+  -- fail_open_after_s seconds, themisd is taken to be gone and new managed jobs are NOT held, so nothing
+  -- waits forever; themisd-failopen.timer releases those held before (docs/admin-guide.md, "Fail-open").
+  -- 0 turns fail-open off: managed jobs then wait for themisd however long it is away. The file is read
+  -- at most every 5 s.
+  heartbeat_file = "/run/themis/heartbeat",
+  fail_open_after_s = 600,
 }

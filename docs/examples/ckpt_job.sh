@@ -13,6 +13,10 @@ set -u
 work=${WORK:-60}
 dir=${CKPT_DIR:-${SLURM_SUBMIT_DIR:-.}}
 id=${SLURM_JOB_ID:-local}
+# the id that addresses this job alone: in an array, the task (the bare id of an array's last task would
+# update every task of the array)
+self=${SLURM_JOB_ID:-}
+[ -n "${SLURM_ARRAY_TASK_ID:-}" ] && self="${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"
 ckpt="$dir/ckpt-$id"
 step=0
 [ -f "$ckpt" ] && step=$(cat "$ckpt")
@@ -21,7 +25,7 @@ stopping=0
 save() { echo "$step" > "$ckpt.tmp" && mv "$ckpt.tmp" "$ckpt"; }
 report() {
   # progress for Themis: the job's own Comment (owners may update it); best effort, never fatal
-  [ -n "${SLURM_JOB_ID:-}" ] && scontrol update JobId="$SLURM_JOB_ID" \
+  [ -n "$self" ] && scontrol update JobId="$self" \
       Comment="themis:progress=$(awk -v s="$step" -v w="$work" 'BEGIN { printf "%.3f", s / w }')" 2>/dev/null
   return 0
 }

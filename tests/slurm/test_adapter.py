@@ -8,6 +8,8 @@ job submitted is cancelled by the ``cluster`` fixture.
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -172,6 +174,51 @@ def test_warn_requeue_and_start_again(cluster: Cluster, backend: CliBackend) -> 
     restarted = running(backend, job_id)
     assert time.monotonic() - t0 < 10 and restarted.node_gpus == {node2: 1}
     cluster.wait_file(d / f"ready.{job_id}", contains="restarts=1")
+
+
+def test_array_task_with_pending_siblings_is_warned_once_and_requeued(cluster: Cluster, backend: CliBackend) -> None:
+    # issue 38 item 1: `scancel --batch --signal=USR1 --state=RUNNING A_T` with tasks of A still pending
+    # delivered the signal, then answered "Job can not be altered now" and retried for ~95 s (22.05 and 25.11)
+    d = cluster.jobs_dir
+    array_id = cluster.sbatch("--array=0-3", "--gres=gpu:1", "--open-mode=append",
+                              script=TRAP_SCRIPT.format(dir=d), wrap=None)
+    task = held_job(backend, f"{array_id}_0")
+    [node] = free_nodes(backend.snapshot(), 1, 1)
+    backend.start(task, {node: 1})
+    run = running(backend, f"{array_id}_0")
+    assert run.slurm_id != array_id  # split off; tasks 1-3 still pending in the array's record
+    cluster.wait_file(d / f"ready.{run.slurm_id}", contains="restarts=0")
+    t0 = time.monotonic()
+    backend.warn(run)
+    assert time.monotonic() - t0 < 5, "the warning of an array task must not wait on slurmctld's retries"
+    cluster.wait_file(d / f"usr1.{run.slurm_id}", contains="usr1")
+    time.sleep(2)
+    assert (d / f"usr1.{run.slurm_id}").read_text().count("usr1") == 1  # sent once, not re-sent
+    backend.requeue(run)
+    again = held_job(backend, f"{array_id}_0")
+    assert again.restart_cnt == 1 and again.required_nodes == ()
+    siblings = [find(backend.snapshot(), f"{array_id}_{i}") for i in (1, 2, 3)]
+    assert all(s is not None and s.held and s.state == "PENDING" for s in siblings)  # untouched
+
+
+def test_progress_of_an_arrays_last_task_is_that_tasks_alone(cluster: Cluster, backend: CliBackend) -> None:
+    # issue 38 item 11: the last task of an array runs under the array's own JobId, and Slurm applies an
+    # update of that bare id to every task: `themis progress` addresses ARRAYID_TASKID instead
+    array_id = cluster.sbatch("--array=0-1", "--gres=gpu:1")
+    for task in ("0", "1"):  # task 0 splits off with an id of its own; task 1 then runs as the array's record
+        job = held_job(backend, f"{array_id}_{task}")
+        [node] = free_nodes(backend.snapshot(), 1, 1)
+        backend.start(job, {node: 1})
+        running(backend, f"{array_id}_{task}")
+    first, last = find(backend.snapshot(), f"{array_id}_0"), find(backend.snapshot(), f"{array_id}_1")
+    assert first is not None and last is not None and last.slurm_id == array_id != first.slurm_id
+    env = dict(cluster.env, SLURM_JOB_ID=str(array_id), SLURM_ARRAY_JOB_ID=str(array_id), SLURM_ARRAY_TASK_ID="1")
+    out = subprocess.run([sys.executable, "-m", "themis_slurm.cli.main", "progress", "0.75"], env=env,
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    snap = wait_for(backend, lambda s: (j := find(s, f"{array_id}_1")) is not None and j.progress == 0.75,
+                    "the last task's progress")
+    assert find(snap, f"{array_id}_0").progress is None  # type: ignore[union-attr]  # not every task's
 
 
 def test_restart_on_the_same_node_in_the_second_of_the_requeue(cluster: Cluster, backend: CliBackend) -> None:

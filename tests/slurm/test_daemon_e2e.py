@@ -147,6 +147,7 @@ def write_config(tmp: Path, cluster: Cluster, mode: str = "enforce", backend: st
     ("  key: value\n")."""
     lua = tmp / "themis_job_submit.conf.lua"  # a copy: handback must not switch the shared cluster off
     lua.write_text((cluster.dir / "etc" / "themis_job_submit.conf.lua").read_text())
+    extra.setdefault("failopen", f"{{heartbeat_file: {tmp / 'heartbeat'}}}")  # not the shared cluster's
     cfg = tmp / "themis.yaml"
     cfg.write_text(
         f"mode: {mode}\npoll_interval_s: 1\nstate_dir: {tmp / 'state'}\nlog_level: info\n"
@@ -812,3 +813,88 @@ def test_only_jobs_that_can_start_get_gpus(cluster: Cluster, themisd: Themisd) -
     cluster.check(["scontrol", "release", str(mine)], user=ALICE)
     cluster.wait_job(mine, "RUNNING", timeout=LEASE_S + 30)
     assert "Traceback" not in themisd.log.read_text()
+
+
+FAIL_OPEN_S = 15
+
+
+def _lua_conf_with(cluster: Cluster, **changes: str) -> tuple[Path, str]:
+    """Rewrites keys of the shared cluster's job_submit config (returned with its original text: restore it)
+    and makes slurmctld reload the script; `cluster.sh up` restores the repository's copy if a test dies."""
+    conf = cluster.dir / "etc" / "themis_job_submit.conf.lua"
+    original = conf.read_text()
+    text = original
+    for key, value in changes.items():
+        text = "\n".join(f"  {key} = {value}," if line.strip().startswith(f"{key} =") else line
+                         for line in text.splitlines()) + "\n"
+    conf.write_text(text)
+    _reload_lua(cluster)
+    return conf, original
+
+
+def _reload_lua(cluster: Cluster) -> None:
+    script = cluster.dir / "etc" / "job_submit.lua"
+    stamp = int(max(time.time(), script.stat().st_mtime)) + 1  # whole seconds: slurmctld compares mtimes
+    os.utime(script, (stamp, stamp))
+
+
+def _state(cluster: Cluster, jid: int) -> tuple[str, str]:
+    j = cluster.job(jid)
+    return j["job_state"], j["state_reason"]
+
+
+def test_fail_open_when_themisd_is_gone_and_back_without_double_starts(cluster: Cluster, daemon_dir: Path) -> None:
+    # issue 38 item 6: themisd stopped -> after failopen.after_s its held jobs run under plain Slurm (the
+    # watchdog) and new ones are not held (job_submit.lua); themisd back -> it adopts them, nothing twice
+    beat = cluster.dir / "themisd" / "heartbeat"  # the path of the cluster's job_submit config
+    d = make_themisd(daemon_dir, cluster, log="failopen.log",
+                     failopen=f"{{heartbeat_file: {beat}, after_s: {FAIL_OPEN_S}}}")
+    conf, original = _lua_conf_with(cluster, fail_open_after_s=str(FAIL_OPEN_S))
+    try:
+        beat.unlink(missing_ok=True)
+        d.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not beat.exists():  # its first cycle: themisd is alive
+            time.sleep(0.2)
+        first = submit(cluster, ALICE, "gpu:1", "themis:app=fo,est=20s", 6)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and _state(cluster, first)[0] != "RUNNING":
+            time.sleep(0.5)
+        assert _state(cluster, first)[0] == "RUNNING", d.log.read_text()[-3000:]  # started by themisd
+        d.stop()
+        stopped = time.monotonic()
+        held = submit(cluster, BOB, "gpu:2", "themis:app=fo2,est=20s", 5)  # heartbeat still fresh: held
+        assert cluster.wait_job(held, "PENDING", reason="JobHeldUser", timeout=10)
+        failopen = [*d.who.argv("failopen", "--config", str(d.config))]
+        res = subprocess.run(failopen, env=d.env, cwd=REPO, capture_output=True, text=True, timeout=60,
+                             check=False, **d.who.popen())
+        assert res.returncode == 0 and "alive" in res.stderr, res.stderr  # too early: nothing done
+        assert _state(cluster, held) == ("PENDING", "JobHeldUser")
+        time.sleep(max(0.0, stopped + FAIL_OPEN_S + 6 - time.monotonic()))  # + the lua's 5 s read cache
+        unheld = submit(cluster, BOB, "gpu:1", "themis:app=fo3,est=20s", 5)  # gone: not held at submit
+        res = subprocess.run(failopen, env=d.env, cwd=REPO, capture_output=True, text=True, timeout=60,
+                             check=False, **d.who.popen())
+        assert res.returncode == 0 and "FAIL-OPEN" in res.stderr and f"job={held}" in res.stderr, res.stderr
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not all(_state(cluster, j)[0] in ("RUNNING", "COMPLETED")
+                                                      for j in (held, unheld)):
+            time.sleep(0.5)
+        assert {j: _state(cluster, j)[0] for j in (held, unheld)} == {held: "RUNNING", unheld: "RUNNING"}
+        assert cluster.job(unheld)["admin_comment"].startswith("themis:v1;app=fo3")  # still Themis's
+        d.start()  # back: adopts what runs, holds new jobs again
+        late = submit(cluster, ALICE, "gpu:1", "themis:app=fo4,est=20s", 4)
+        jobs = [first, held, unheld, late]
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and done_jobs_of(cluster, jobs) != set(jobs):
+            time.sleep(1)
+        done = done_jobs(cluster)
+        assert {j: done.get(j) for j in jobs} == {first: [6], held: [5], unheld: [5], late: [4]}, \
+            d.log.read_text()[-3000:]  # each completed exactly once, with all its work
+        log = d.log.read_text()
+        assert f"adopted app=themis-bob/fo2 job={held}" in log and f"adopted app=themis-bob/fo3 job={unheld}" in log
+        assert f"start app=themis-alice/fo4 job={late}" in log  # held at submit again, started by themisd
+        assert "Traceback" not in log
+    finally:
+        d.stop()
+        conf.write_text(original)
+        _reload_lua(cluster)

@@ -257,10 +257,20 @@ def test_array_throttle_is_not_a_way_out(cluster: Cluster) -> None:
     # task may start by it.
     job_id = cluster.sbatch("--gres=gpu:1", "--array=0-3%1", wrap="true")
     _held(cluster, job_id)
+    assert _held(cluster, job_id)["admin_comment"] == EMPTY_RECORD + ";throttle=1"
     cluster.run(["scontrol", "update", f"JobId={job_id}", "ArrayTaskThrottle=4"], user=ALICE)
     time.sleep(3)
     for task in cluster.array_tasks(job_id):
         assert task["job_state"] == "PENDING" and task["state_reason"] == "JobHeldUser"
+    # issue 38 item 3: Slurm kept the owner's raise; Themis counts the throttle recorded at submit
+    from themis_slurm.slurm.backend import CliBackend
+    from themis_slurm.slurm.model import AdapterConfig
+    from themis_slurm.slurm.runner import SubprocessRunner
+
+    conf = cluster.env["SLURM_CONF"]
+    snap = CliBackend(SubprocessRunner(slurm_conf=conf, timeout_s=20), AdapterConfig(slurm_conf=conf)).snapshot()
+    tasks = [j for j in snap.managed if j.array_job_id == job_id]
+    assert len(tasks) == 4 and {t.array_max_tasks for t in tasks} == {1}
 
 
 @pytest.mark.parametrize("order", ["gpu-first", "gpu-second"])

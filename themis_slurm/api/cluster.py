@@ -141,8 +141,13 @@ class Granted:
                    frozenset(int(g) for g in row.get("planned_gpus") or ()))
 
 
+#: Intents of a job that lost its lease; one whose row plans GPUs is moving there (daemon/planning.py).
+MOVING = ("warning", "warned", "requeueing")
+
+
 def held_for_granted(snap: Snapshot, rows: Iterable[GrantedRow]) -> dict[str, frozenset[int]]:
-    """GPUs held for jobs a round granted (intent granted or starting) that Slurm does not show running yet.
+    """GPUs held for jobs a round granted (intent granted or starting) that Slurm does not show running yet,
+    and for jobs being moved (warned and requeued to start on other GPUs: their destination, `MOVING`).
 
     The one definition, used by themisd's round (the GPUs are not offered again; `themis_gpus{state=
     "starting"}`) and by the API's GPU states (`themis status`, /v1/topology), so the two cannot disagree.
@@ -155,8 +160,9 @@ def held_for_granted(snap: Snapshot, rows: Iterable[GrantedRow]) -> dict[str, fr
     live = {m.job_id: m for m in snap.managed}
     avail = set(snap.free)
     out: dict[str, frozenset[int]] = {}
-    pending = [r for r in rows if r.intent in ("starting", "granted")
-               and r.job_id in live and live[r.job_id].state != "RUNNING"]  # fmt: skip
+    pending = [r for r in rows if r.job_id in live and (
+        (r.intent in ("starting", "granted") and live[r.job_id].state != "RUNNING")
+        or (r.intent in MOVING and r.planned_nodes))]  # fmt: skip
     pending.sort(key=lambda r: (r.intent != "starting", r.grant_time or 0.0, r.job_id))
     for r in pending:
         got: set[int] = set()
@@ -173,4 +179,5 @@ def held_for_granted(snap: Snapshot, rows: Iterable[GrantedRow]) -> dict[str, fr
 
 def held_from_rows(snap: Snapshot, rows: Iterable[Mapping[str, Any]]) -> dict[str, frozenset[int]]:
     """:func:`held_for_granted` over the jobs table's row dicts (what the views read)."""
-    return held_for_granted(snap, [Granted.of(r) for r in rows if r.get("intent") in ("granted", "starting")])
+    return held_for_granted(snap, [Granted.of(r) for r in rows
+                                   if r.get("intent") in ("granted", "starting", *MOVING)])

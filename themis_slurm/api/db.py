@@ -3,7 +3,9 @@
 The database is opened with a ``file:...?mode=ro`` URI, so neither the API nor the CLI can change it even
 by mistake; themisd writes in WAL mode, so readers see the last committed cycle without blocking it.
 (A WAL database needs its -shm file: readers of a database whose writer is gone still work as long as
-the folder's -wal/-shm files exist or the folder is writable.)
+the folder's -wal/-shm files exist or the folder is writable.) themisd keeps the state directory 0750 and
+its files 0640: besides the service user, only its group may read them, and :func:`connect_ro` says so
+(naming the group) to anyone else, before SQLite's "unable to open database file" would.
 
 Rows are returned as plain dicts of the tables' columns (see daemon/store.py for their meaning); JSON
 columns (planned_nodes, planned_gpus, nodes) are decoded.
@@ -11,7 +13,10 @@ columns (planned_nodes, planned_gpus, nodes) are decoded.
 
 from __future__ import annotations
 
+import grp
 import json
+import os
+import pwd
 import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -25,11 +30,56 @@ class StateUnavailable(RuntimeError):
     """The state database cannot be read; the message names the file and the cause."""
 
 
+class StateMissing(StateUnavailable):
+    """No state database at that path (a login node, or themisd never ran with this state_dir)."""
+
+
+class StateForbidden(StateUnavailable):
+    """This user may not read the state database (it is for themisd's user and group only)."""
+
+
+def _name(lookup: Callable[[int], Sequence[Any]], key: int) -> str:
+    """The name of a uid or gid (pwd.getpwuid, grp.getgrgid), or the number when it has none."""
+    try:
+        return str(lookup(key)[0])
+    except KeyError:
+        return str(key)
+
+
+def _gid(p: Path) -> int | None:
+    try:
+        return p.stat().st_gid
+    except OSError:
+        return None
+
+
+def forbidden(p: Path, gid: int | None) -> StateForbidden:
+    """The one line for a user the permissions keep out: the file, the user, and who can let them in."""
+    group = f"group {_name(grp.getgrgid, gid)}" if gid is not None else "themisd's group"
+    return StateForbidden(f"the state database {p} is not readable by user {_name(pwd.getpwuid, os.geteuid())} "
+                          f"(ask an admin to add you to {group})")
+
+
+def check_readable(p: Path) -> None:
+    """StateMissing, StateForbidden or StateUnavailable when this process cannot read `p`: said before
+    SQLite tries, whose "unable to open database file" names neither the cause nor the way out."""
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise StateMissing(f"state database {p} does not exist (has themisd ever run with this state_dir?)") from None
+    except PermissionError:  # the directory is closed to this user (0750, and not in its group)
+        raise forbidden(p, _gid(p.parent)) from None
+    except OSError as e:
+        raise StateUnavailable(f"cannot read state database {p}: {e.strerror or e}") from None
+    if not os.access(p, os.R_OK):
+        raise forbidden(p, st.st_gid)
+
+
 def connect_ro(path: str | Path, timeout: float = 5.0) -> sqlite3.Connection:
-    """A read-only connection (``mode=ro``); StateUnavailable when the file is missing or unreadable."""
+    """A read-only connection (``mode=ro``); StateUnavailable (or the finer StateMissing, StateForbidden)
+    when the file cannot be read."""
     p = Path(path)
-    if not p.exists():
-        raise StateUnavailable(f"state database {p} does not exist (has themisd ever run with this state_dir?)")
+    check_readable(p)
     try:
         db = sqlite3.connect(f"file:{quote(str(p.resolve()))}?mode=ro", uri=True, timeout=timeout,
                              check_same_thread=False)

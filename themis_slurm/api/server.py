@@ -31,7 +31,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -94,6 +94,7 @@ class ApiApp:
     snapshot_error: Callable[[], str | None] | None = None
     clock: Callable[[], float] = time.time
     estimator: views.Estimator | None = None  # T_id/T_sh of each app, injected (themisd, the CLI)
+    pending_actions: Callable[[], Sequence[dict[str, Any]]] | None = None  # themisd's retried actions
 
     def handle(self, path: str, query: str, auth_header: str | None) -> tuple[int, Any]:
         """(status, document) for one GET; pure of HTTP so tests can call it directly."""
@@ -108,7 +109,8 @@ class ApiApp:
                 snap = self.snapshot()
                 ctx = views.Context(state, snap, viewer, self.conf, now=self.clock(), snapshot_error=self._snap_error(),
                                     last_cycle=self.last_cycle() if self.last_cycle else None,
-                                    estimator=self.estimator)
+                                    estimator=self.estimator,
+                                    pending_actions=self.pending_actions() if self.pending_actions else ())
                 return 200, view(ctx, params)
         except views.BadRequest as e:
             return 400, {"error": str(e)}
@@ -413,14 +415,15 @@ def build_app(store: str | Path | StateFactory, slurm_conf: str | None = None, *
               snapshot: SnapshotSource | None = None, partitions: tuple[str, ...] = ("gpu",),
               operators: tuple[str, ...] = (), decoder: Decoder | None = None,
               last_cycle: Callable[[], float | None] | None = None,
-              names: Callable[[int], str] = user_name, estimator: views.Estimator | None = None) -> ApiApp:
+              names: Callable[[int], str] = user_name, estimator: views.Estimator | None = None,
+              pending_actions: Callable[[], Sequence[dict[str, Any]]] | None = None) -> ApiApp:
     """The ApiApp for a state database path (or a factory of StateReaders) and a slurm.conf."""
     conf = read_slurm_conf(slurm_conf)
     factory = reader_factory(store) if isinstance(store, str | Path) else store
     privileged = (*operators, *([conf.slurm_user] if conf.slurm_user else []))
     auth = Authenticator(decoder or unmunge_decoder(conf.munge_socket), privileged, names)
     source = snapshot or CachedSnapshot(partitions, slurm_conf or None)
-    return ApiApp(factory, auth, conf, source, last_cycle, estimator=estimator)
+    return ApiApp(factory, auth, conf, source, last_cycle, estimator=estimator, pending_actions=pending_actions)
 
 
 def start_api_server(store_path_or_factory: str | Path | StateFactory, listen: str = DEFAULT_LISTEN,
@@ -436,7 +439,8 @@ def start_api_server(store_path_or_factory: str | Path | StateFactory, listen: s
     root and the SlurmUser), ``decoder`` and ``names`` (munge decoding and uid -> user name, for tests), ``last_cycle`` (a callable giving
     the time of the daemon's last cycle, for the data age), ``estimator`` (T_id/T_sh per app for /v1/apps:
     the daemon's ``planning.finish_times``, injected so that the API never imports the daemon; without
-    it the estimates are null).
+    it the estimates are null), ``pending_actions`` (themisd's Slurm actions that failed or were put off
+    and are being retried, shown by /v1/cluster).
 
     Limits (see BoundedHTTPServer): ``workers`` handler threads, listen ``backlog``, ``timeout`` seconds for
     a request's line and headers, ``write_timeout`` seconds to send a response, ``max_connections`` open.

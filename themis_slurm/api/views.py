@@ -15,7 +15,7 @@ import math
 import re
 import statistics
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
@@ -91,6 +91,9 @@ class Context:
     last_cycle: float | None = None
     estimator: Estimator | None = None
     warnings: list[str] = field(default_factory=list)
+    #: Slurm actions themisd failed or put off and retries (job, app, action, since, tries, error); the
+    #: daemon's own list, empty when the data come from the database
+    pending_actions: Sequence[Doc] = ()
 
     def meta(self) -> Doc:
         data_time = self.last_cycle or self.state.last_activity()
@@ -287,6 +290,7 @@ def cluster_view(ctx: Context, params: Mapping[str, str]) -> Doc:
         "next_leases": [x for x in leases if v.sees(x["user"])][:NEXT_LEASES],
         "ineligible": [{"job": j["job"], "app": j["app"], "user": j["user"], "gpus": j["gpus"],
                         "reason": j["ineligible"]} for j in jobs if j["ineligible"] and v.sees(j["user"])],
+        "pending_actions": [dict(p) for p in ctx.pending_actions if v.sees(owner_of(str(p["app"])))],
         "rounds": {"total": stats["n"] or 0, "last_time": stats["last_time"],
                    "preemptions": stats["preemptions"] or 0, "mean_latency_s": stats["mean_latency_s"],
                    "max_latency_s": stats["max_latency_s"]},

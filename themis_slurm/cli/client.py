@@ -8,7 +8,9 @@ can apply PrivateData the Slurm way.
 When the API is not reachable and no ``--url`` was given, but the state database of the config is
 readable (we are on the controller), the same views are built in-process from the file opened read-only
 plus one Slurm snapshot, and every document says ``source: database`` and how old the data is. Otherwise
-the error names the address and what to check.
+the error is one line naming the address, why it did not answer (refused, no answer within the timeout,
+...), and why the database could not stand in (not readable by this user: which group to join; locked;
+damaged); a database that does not exist (a login node) is not mentioned.
 
 The config file is read by themisd's own loader (``daemon.config.load_for_client``: the same checks and
 defaults), except that keys this version does not know are ignored: a client must keep working against a
@@ -17,6 +19,7 @@ daemon config that has keys it does not know yet; ``themis config check`` is the
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import urllib.error
@@ -30,13 +33,14 @@ from urllib.parse import quote, urlencode
 from themis_slurm.api import views
 from themis_slurm.api.auth import AUTH_SCHEME, AuthError, encode_credential, local_identity
 from themis_slurm.api.cluster import CachedSnapshot
-from themis_slurm.api.db import StateReader, StateUnavailable, connect_ro
+from themis_slurm.api.db import StateMissing, StateReader, StateUnavailable, connect_ro
 from themis_slurm.api.slurmconf import read_slurm_conf
 from themis_slurm.daemon.config import DEFAULT_PATH, ApiConfig, Config, ConfigError, load_for_client
 from themis_slurm.daemon.planning import finish_times
 
 DEFAULT_CONFIG = DEFAULT_PATH
 TIMEOUT_S = 10.0
+CHECK_SERVICE = "is the service running? (systemctl status themisd)"
 
 
 class CliError(RuntimeError):
@@ -74,7 +78,7 @@ def load_settings(config: Path | None, url: str | None) -> Settings:
     path = config or Path(os.environ.get("THEMISD_CONFIG", DEFAULT_CONFIG))
     cfg = Config()
     notes: list[str] = []
-    if not path.exists():
+    if not _present(path):
         if config is not None:
             raise CliError(f"config file {path} does not exist (give the right --config, or --url)")
         # a login node without the daemon's file: the defaults
@@ -96,6 +100,17 @@ def load_settings(config: Path | None, url: str | None) -> Settings:
         notes=tuple(notes),
         config=cfg,
     )
+
+
+def _present(path: Path) -> bool:
+    """Whether `path` exists; one this user may not even look at counts (reading it then says why)."""
+    try:
+        path.stat()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def credential_header(slurm_conf: str | None) -> tuple[str | None, str]:
@@ -120,10 +135,10 @@ class Client:
         try:
             return self._http(path, query)
         except _Unreachable as e:
-            if not self.s.url_given and self.s.db_path.exists():
-                return self._local(path, query, str(e))
-            raise CliError(f"themisd not reachable at {self.s.url}: {e}: is the service running? "
-                           "(systemctl status themisd)") from None
+            why = str(e)
+        if self.s.url_given:
+            raise CliError(f"themisd not reachable at {self.s.url} ({why}): {CHECK_SERVICE}")
+        return self._local(path, query, why)
 
     def _http(self, path: str, query: Mapping[str, str]) -> dict[str, Any]:
         url = f"{self.s.url}{path}" + (f"?{urlencode(query)}" if query else "")
@@ -136,17 +151,20 @@ class Client:
                 return json.loads(res.read())
         except urllib.error.HTTPError as e:
             raise CliError(_error_text(e)) from None
-        except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
-            raise _Unreachable(str(getattr(e, "reason", e))) from None
+        except (OSError, http.client.HTTPException) as e:  # URLError, refused, reset, timed out, cut short
+            raise _Unreachable(no_answer(e, self.timeout)) from None
         except json.JSONDecodeError:
             raise CliError(f"{url} did not answer with JSON: is {self.s.url} themisd's API?") from None
 
     def _local(self, path: str, query: Mapping[str, str], why: str) -> dict[str, Any]:
-        """The views in-process over the database (read-only) and one Slurm snapshot."""
+        """The views in-process over the database (read-only) and one Slurm snapshot; when the database
+        cannot stand in for the API either, one error naming both."""
         try:
             db = connect_ro(self.s.db_path)
+        except StateMissing:  # not the controller: the API is the only way, no need to talk of files
+            raise CliError(f"themisd not reachable at {self.s.url} ({why}): {CHECK_SERVICE}") from None
         except StateUnavailable as e:
-            raise CliError(f"themisd not reachable at {self.s.url} ({why}) and {e}") from None
+            raise CliError(f"themisd not reachable at {self.s.url} ({why}), and {e}: {CHECK_SERVICE}") from None
         conf = read_slurm_conf(self.s.slurm_conf)
         snap_source = CachedSnapshot(self.s.partitions, self.s.slurm_conf, ttl_s=0.0)
         snap = snap_source()
@@ -167,6 +185,20 @@ class Client:
 
 class _Unreachable(Exception):
     pass
+
+
+def no_answer(e: BaseException, timeout: float) -> str:
+    """Why the API did not answer, in a few words (a timeout says how long the CLI waited)."""
+    reason = e.reason if isinstance(e, urllib.error.URLError) else e
+    if isinstance(reason, TimeoutError):
+        return f"no answer within {timeout:g} s"
+    if isinstance(reason, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(reason, OSError) and reason.strerror:
+        return reason.strerror
+    if isinstance(reason, http.client.HTTPException) and not isinstance(reason, OSError):
+        return f"not an HTTP answer: {type(reason).__name__} {str(reason)[:60]!r}"
+    return str(reason) or type(reason).__name__
 
 
 def _error_text(e: urllib.error.HTTPError) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sqlite3
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -69,7 +70,11 @@ def print_notes(doc: dict[str, Any], client: Client | None = None) -> None:
 
 
 def fails_cleanly(f: F) -> F:
-    """Turns CliError into ``themis: error: ...`` and exit 1 (click handles usage errors: exit 2)."""
+    """Turns CliError into ``themis: error: ...`` and exit 1 (click handles usage errors: exit 2).
+
+    A file or database error that no check foresaw is one such line as well (the file and the cause), never
+    a traceback: users run these commands during outages, when such errors happen.
+    """
 
     @functools.wraps(f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -78,5 +83,15 @@ def fails_cleanly(f: F) -> F:
         except CliError as e:
             click.echo(f"themis: error: {e}", err=True)
             sys.exit(1)
+        except (OSError, sqlite3.Error) as e:
+            click.echo(f"themis: error: {io_error_text(e)}", err=True)
+            sys.exit(1)
 
     return wrapper  # type: ignore[return-value]
+
+
+def io_error_text(e: OSError | sqlite3.Error) -> str:
+    """``FILE: cause`` for an OSError that names its file, else the error's own words."""
+    if isinstance(e, OSError) and e.filename:
+        return f"{e.filename}: {e.strerror or e}"
+    return str(e) or type(e).__name__

@@ -4,6 +4,10 @@ It writes ``themis:progress=F`` into the job's own Comment (``scontrol update Jo
 Comment=...``), which job owners may do; themisd reads it on its next cycle. The Comment is replaced, so
 any free text in it is lost (the trusted AdminComment record is not touched). Run as an argument list:
 nothing user-supplied ever reaches a shell.
+
+Inside an array task the job is addressed as ``ARRAYID_TASKID`` (`job_of_environment`): the last task of
+an array runs under the array's own JobId, and an update of that bare id is applied by Slurm to every task
+of the array, so one task's report would become every task's.
 """
 
 from __future__ import annotations
@@ -30,6 +34,14 @@ def _fraction(ctx: click.Context, param: click.Parameter, value: str) -> float:
     return f
 
 
+def job_of_environment(env: dict[str, str] | os._Environ[str]) -> str | None:
+    """The id that addresses this job alone: ``A_T`` in an array task, else ``$SLURM_JOB_ID``."""
+    array, task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
+    if array and task:
+        return f"{array}_{task}"
+    return env.get("SLURM_JOB_ID") or None
+
+
 def progress_comment(fraction: float) -> str:
     """The Comment the adapter parses (``themis:progress=F``); at most 4 decimals keep it short."""
     return f"themis:progress={round(fraction, 4):g}"
@@ -38,10 +50,11 @@ def progress_comment(fraction: float) -> str:
 @click.command("progress")
 @click.argument("fraction", callback=_fraction, metavar="FRACTION")
 @click.option("--job", "job_id", default=None, metavar="JOBID",
-              help="Job to report for (default: $SLURM_JOB_ID, i.e. the job this runs in).")
+              help="Job to report for (default: the job this runs in: $SLURM_JOB_ID, or "
+                   "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID} in an array task).")
 def progress(fraction: float, job_id: str | None) -> None:
     """Report that this job has done FRACTION (0..1, or 42%) of its work; run it inside the job."""
-    job_id = job_id or os.environ.get("SLURM_JOB_ID")
+    job_id = job_id or job_of_environment(os.environ)
     if not job_id:
         click.echo("themis progress: error: not inside a Slurm job ($SLURM_JOB_ID is not set): run it from "
                    "your job script, or give --job JOBID", err=True)

@@ -44,6 +44,14 @@ INELIGIBLE_COLUMNS = (
     Column("gpus", "GPUS", lambda x: x["gpus"], True),
     Column("reason", "REASON (Slurm would not start it if released)", lambda x: x["reason"]),
 )
+PENDING_COLUMNS = (
+    Column("job", "RETRYING", lambda x: x["job"], True),
+    Column("app", "APP", lambda x: x["app"]),
+    Column("action", "ACTION", lambda x: x["action"]),
+    Column("tries", "TRIES", lambda x: x["tries"], True),
+    Column("since", "SINCE", lambda x: clock(x["since"]), True),
+    Column("error", "WHY (Slurm's answer; themisd tries again every cycle)", lambda x: x["error"]),
+)
 STATUS_APP_DEFAULT = ("rank", "app", "owner", "running", "waiting", "gpus", "rho", "preemptions")
 
 
@@ -82,6 +90,8 @@ def render_status(doc: dict[str, Any], opts: TableOptions) -> str:
         parts.append(render(doc["next_leases"], LEASE_COLUMNS, [c.name for c in LEASE_COLUMNS], plain))
     if doc.get("ineligible"):
         parts.append(render(doc["ineligible"], INELIGIBLE_COLUMNS, [c.name for c in INELIGIBLE_COLUMNS], plain))
+    if doc.get("pending_actions"):
+        parts.append(render(doc["pending_actions"], PENDING_COLUMNS, [c.name for c in PENDING_COLUMNS], plain))
     if not opts.parsable:
         parts.append(footer(doc))
     return "\n\n".join(parts)

@@ -26,7 +26,14 @@ from typing import Any
 
 import yaml
 
-from themis_slurm.api.server import DEFAULT_LISTEN
+from themis_slurm.api.server import (
+    DEFAULT_BACKLOG,
+    DEFAULT_LISTEN,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_TIMEOUT_S,
+    DEFAULT_WORKERS,
+    DEFAULT_WRITE_TIMEOUT_S,
+)
 from themis_slurm.core.arbiter import LEFTOVER_ORDERS, SOLVERS, ArbiterConfig
 from themis_slurm.core.calibration import CalibrationConfig
 
@@ -163,7 +170,21 @@ class SlurmConfig:
     slurm_conf: str = ""  # "" = $SLURM_CONF, else /etc/slurm/slurm.conf (gres.conf, topology.conf beside it)
     job_submit_conf: str = "/etc/slurm/themis_job_submit.conf.lua"
     command_timeout_s: float = 30.0
+    #: timeout of each command of an action (pin, release, signal, requeue, hold); what timed out is retried
+    action_timeout_s: float = 10.0
+    #: actions decided from one read of the queue are taken only this long after the read; the rest wait
+    #: for the next cycle's fresh read (a slow controller never gets actions made from a stale view)
+    act_within_s: float = 15.0
     backend: str = "auto"  # auto | cli | pyslurm (see docs/admin-guide.md: Slurm backend)
+
+
+@dataclass(frozen=True)
+class FailOpenConfig:
+    """When themisd is gone, its held jobs go back to Slurm (daemon/failopen.py): where its heartbeat is
+    written and how old it may get. The same two values go into themis_job_submit.conf.lua."""
+
+    heartbeat_file: str = "/run/themis/heartbeat"  # "" = write none (fail-open then acts at once: off it)
+    after_s: float = 600.0  # 0 = never fail open
 
 
 @dataclass(frozen=True)
@@ -186,6 +207,12 @@ class ApiConfig:
 
     listen: str = DEFAULT_LISTEN  # the API server's own default
     operators: tuple[str, ...] = ()
+    # the server's limits (docs/admin-guide.md, "Status API limits"); the defaults are the server's own
+    workers: int = DEFAULT_WORKERS
+    backlog: int = DEFAULT_BACKLOG
+    request_timeout_s: float = DEFAULT_TIMEOUT_S
+    write_timeout_s: float = DEFAULT_WRITE_TIMEOUT_S
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
 
 
 def _names(v: Any) -> tuple[str, ...]:
@@ -209,6 +236,7 @@ class Config:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     estimates: EstimatesConfig = field(default_factory=EstimatesConfig)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    failopen: FailOpenConfig = field(default_factory=FailOpenConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
     source: str = "<defaults>"
@@ -226,7 +254,7 @@ class Config:
             out.append("metrics.listen")
         if new.api != self.api:
             out.append("api")
-        for key in ("partitions", "slurm_conf", "command_timeout_s", "backend"):
+        for key in ("partitions", "slurm_conf", "command_timeout_s", "action_timeout_s", "backend"):
             if getattr(new.slurm, key) != getattr(self.slurm, key):
                 out.append(f"slurm.{key}")
         return out
@@ -301,6 +329,11 @@ BOUNDS: dict[str, Bound] = {
     "estimates.min_s": Bound(1.0, "s", "estimates are in seconds"),
     "estimates.max_s": Bound(1.0, "s", "estimates are in seconds"),
     "slurm.command_timeout_s": Bound(1.0, "s", "a Slurm command on a busy controller takes longer"),
+    "slurm.action_timeout_s": Bound(1.0, "s", "a Slurm command on a busy controller takes longer"),
+    "slurm.act_within_s": Bound(1.0, "s", "an action takes up to a second on a busy controller"),
+    "failopen.after_s": Bound(0.0, "s", "0 = never fail open"),
+    "api.request_timeout_s": Bound(0.1, "s", "a client needs time to send its request"),
+    "api.write_timeout_s": Bound(0.1, "s", "a response needs time to be sent"),
 }
 
 
@@ -442,10 +475,17 @@ _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
         "slurm_conf": optional_path,
         "job_submit_conf": optional_path,
         "command_timeout_s": at_least("slurm.command_timeout_s", positive),
+        "action_timeout_s": at_least("slurm.action_timeout_s", positive),
+        "act_within_s": at_least("slurm.act_within_s", positive),
         "backend": one_of(BACKENDS),
     }),
+    "failopen": (FailOpenConfig, {"heartbeat_file": optional_path,
+                                  "after_s": at_least("failopen.after_s", non_negative)}),
     "metrics": (MetricsConfig, {"listen": listen}),
-    "api": (ApiConfig, {"listen": listen, "operators": _names}),
+    "api": (ApiConfig, {"listen": listen, "operators": _names, "workers": at_least_one, "backlog": at_least_one,
+                        "request_timeout_s": at_least("api.request_timeout_s", positive),
+                        "write_timeout_s": at_least("api.write_timeout_s", positive),
+                        "max_connections": at_least_one}),
 }  # fmt: skip
 
 

@@ -9,6 +9,14 @@ Every Slurm action is preceded by a committed intent and followed by a committed
 idempotent; so a crash anywhere is repaired by the next cycle's reconcile (see reconcile.py). Errors of
 single Slurm actions are logged and counted, and the next cycle retries them; an error reading Slurm skips
 the cycle. Observe mode never calls an action (guarded here as well as in reconcile).
+
+Time. Every decision of a cycle is made from one read of Slurm, so every action is taken only while that
+read is fresh (``slurm.act_within_s``): once a slow controller has made the cycle late, the remaining
+actions wait for the next cycle's read instead of acting on a stale view (holding a job that has started
+since, say). Each action command has its own short timeout (``slurm.action_timeout_s``). The times an
+action's effect is measured from (a release's start timeout, a warning's grace) are taken when the action
+was sent (`Daemon._now`), not when the cycle's read began. Actions that failed or waited are listed in
+`Daemon.backlog` (the status API shows them) until they are done or their job is gone.
 """
 
 from __future__ import annotations
@@ -36,11 +44,13 @@ from themis_slurm.daemon.planning import (
     instead_of_migrations,
     intents_after,
     round_due,
+    settled,
     startable,
 )
 from themis_slurm.daemon.reconcile import Fix, reconcile
 from themis_slurm.daemon.store import AppRow, JobRow, Store
 from themis_slurm.gc_pause import collector_paused
+from themis_slurm.slurm.actions import ActionRefused
 from themis_slurm.slurm.model import ManagedJob, SlurmBackend, Snapshot
 
 log = logging.getLogger("themisd")
@@ -52,6 +62,18 @@ HISTORY_KEPT = 200
 # yet, a scheduling pass had not run, it was held again): no reason to keep it out of the next rounds.
 NOT_THE_JOBS_FAULT = frozenset({"", "None", "Priority", "Resources", "JobHeldUser", "JobHeldAdmin",
                                 "BeginTime", "job_requeued_in_held_state"})
+
+
+@dataclass(frozen=True)
+class PendingAction:
+    """A Slurm action that failed or was put off, retried by later cycles until it is done or moot."""
+
+    job_id: str
+    app_key: str
+    action: str
+    since: float  # when it first failed or was put off
+    tries: int
+    error: str  # Slurm's message, the timeout, or why it was put off
 
 
 @dataclass(frozen=True)
@@ -71,6 +93,7 @@ class CycleReport:
     actions: int = 0
     errors: int = 0
     decision: Decision | None = None
+    deferred: int = 0  # actions put off to the next cycle (the cycle's read had grown stale)
 
 
 def _nodes(nodes: Mapping[str, int]) -> str:
@@ -95,9 +118,15 @@ class Daemon:
         self._seen_warnings: frozenset[str] = frozenset()
         self._actions = 0
         self._errors = 0
+        self._deferred = 0
+        self._snap_time = 0.0  # the current cycle's read: wall time, and perf() when it began
+        self._snap_perf = 0.0
+        #: job id -> the action that failed or was put off (served by the status API, pruned every cycle)
+        self.backlog: dict[str, PendingAction] = {}
         # job id -> (why, until): a released job that Slurm kept pending for a reason Themis cannot see on a
-        # held job (QOS/association limits, ...) is not granted again before `until` (one lease).
-        self._learned: dict[str, tuple[str, float]] = {}
+        # held job (QOS/association limits, ...) is not granted again before `until` (one lease); kept in the
+        # store too, so that a restart does not grant the same impossible start again
+        self._learned: dict[str, tuple[str, float]] = store.learned()
         self.last_snapshot: Snapshot | None = None  # served by the status API (no extra Slurm reads)
         self.last_cycle_time: float | None = None
         # calibration: the histories read from the store when needed, and the Calibration made from them
@@ -119,29 +148,62 @@ class Daemon:
         self._histories = self._calibration = None
 
     # ------------------------------------------------------------------------------------------ actions
-    def _act(self, action: str, mj: ManagedJob, *args: object) -> bool:
-        """Calls one backend action, timing it; False (logged, counted) when Slurm refused or failed."""
+    def _now(self) -> float:
+        """Wall time now, on the clock of the cycle's read: the read's time plus what the cycle spent since."""
+        return self._snap_time + (self.perf() - self._snap_perf)
+
+    def _fresh(self, action: str, *mjs: ManagedJob) -> bool:
+        """True while the cycle's read is recent enough to act on; else the actions are put off (backlog)."""
+        age = self.perf() - self._snap_perf
+        if age <= self.cfg.slurm.act_within_s:
+            return True
+        for mj in mjs:
+            self._deferred += 1
+            self._pending(action, mj, f"put off: this cycle's read of Slurm is {age:.0f} s old "
+                                      f"(slurm.act_within_s {self.cfg.slurm.act_within_s:g})")
+        return False
+
+    def pending_actions(self) -> list[dict[str, object]]:
+        """The backlog as the status API shows it (oldest first)."""
+        return [{"job": p.job_id, "app": p.app_key, "action": p.action, "since": p.since, "tries": p.tries,
+                 "error": p.error} for p in sorted(self.backlog.values(), key=lambda p: (p.since, p.job_id))]
+
+    def _pending(self, action: str, mj: ManagedJob, error: str) -> None:
+        old = self.backlog.get(mj.job_id)
+        same = old is not None and old.action == action
+        self.backlog[mj.job_id] = PendingAction(mj.job_id, mj.app_key, action, old.since if same else self._now(),
+                                                (old.tries if same else 0) + 1, error)  # fmt: skip
+
+    def _act(self, action: str, mj: ManagedJob, *args: object) -> bool | None:
+        """Calls one backend action, timing it: True when done, False (logged, counted, in the backlog) when
+        Slurm failed, None when the adapter refused it because the job is not in the state it is for."""
         if self.cfg.mode != "enforce":
             raise RuntimeError(f"observe mode must not {action} job {mj.job_id}")
         t0 = self.perf()
         self._actions += 1
         try:
             getattr(self.backend, action)(mj, *args)
+        except ActionRefused as e:  # the job is not in the state the action is for (it started, say)
+            log.warning("slurm %s not sent app=%s job=%s: %s", action, mj.app_key, mj.job_id, e)
+            self.backlog.pop(mj.job_id, None)
+            return None
         except Exception as e:  # a Slurm command failed: the next cycle's reconcile retries
             self._errors += 1
             self.metrics.slurm_errors.labels(action).inc()
             log.error("slurm %s failed app=%s job=%s: %s", action, mj.app_key, mj.job_id, e)
+            self._pending(action, mj, str(e))
             return False
         finally:
             self.metrics.slurm_seconds.labels(action).observe(self.perf() - t0)
             self.metrics.slurm_calls.inc()
+        self.backlog.pop(mj.job_id, None)
         return True
 
     # ------------------------------------------------------------------------------------------ cycle
     def cycle(self) -> CycleReport:
         """One poll cycle (see the module docstring)."""
         c0 = self.perf()
-        self._actions = self._errors = 0
+        self._actions = self._errors = self._deferred = 0
         try:
             snap = self.backend.snapshot()
         except Exception as e:
@@ -153,19 +215,25 @@ class Daemon:
         self.metrics.slurm_seconds.labels("snapshot").observe(snap.latency_s or snap_s)
         self.metrics.slurm_calls.inc(snap.slurm_calls)
         now = snap.time
+        self._snap_time, self._snap_perf = now, c0
         self._log_warnings(snap.warnings)
         jobs = {m.job_id: m for m in snap.managed}
+        self.backlog = {j: p for j, p in self.backlog.items() if j in jobs}
 
         rows = self.store.jobs()
         fixes = reconcile(now, jobs, rows, self.cfg)
         for fix in fixes:
-            self._apply_fix(fix, jobs, rows, now, snap.finished)
+            self._apply_fix(fix, jobs, rows, now, snap)
         if any(f.kind != "new" for f in fixes):
             self._last_signature = None  # intents changed: a round may decide something new
 
         apps = self._account(snap, jobs, rows, now)
 
-        self._learned = {j: v for j, v in self._learned.items() if j in jobs and v[1] > now}
+        gone = [j for j, v in self._learned.items() if j not in jobs or v[1] <= now]
+        if gone:
+            with self.store.tx():
+                self.store.forget_learned(gone)
+            self._learned = {j: v for j, v in self._learned.items() if j not in gone}
         inp = build_round(snap, rows, apps, self.cfg, now, {j: why for j, (why, _) in self._learned.items()})
         trigger = round_due(inp, self._last_signature)
         report = dict(trigger=trigger)
@@ -174,13 +242,17 @@ class Daemon:
         if self.cfg.mode == "enforce":
             self._start_granted(snap, jobs, rows, now)
 
+        if self._deferred:
+            log.warning("%d Slurm action(s) put off to the next cycle: this cycle's read of Slurm grew older "
+                        "than slurm.act_within_s (%gs) while acting", self._deferred, self.cfg.slurm.act_within_s)
         self._metrics(snap, inp, rows, apps)
         duration = self.perf() - c0
         self.metrics.cycle_seconds.observe(duration)
         self.metrics.last_cycle.set(now)
         self.last_cycle_time = now
         return CycleReport(now, duration, snap.slurm_calls + self._actions, snap_s, len(fixes),
-                           actions=self._actions, errors=self._errors, **report)  # type: ignore[arg-type]
+                           actions=self._actions, errors=self._errors, deferred=self._deferred,
+                           **report)  # type: ignore[arg-type]
 
     def _log_warnings(self, warnings: Iterable[str]) -> None:
         current = frozenset(warnings)
@@ -189,13 +261,20 @@ class Daemon:
         self._seen_warnings = current
 
     def _apply_fix(self, fix: Fix, jobs: Mapping[str, ManagedJob], rows: dict[str, JobRow], now: float,
-                   finished: Mapping[str, str] | None = None) -> None:
-        """Record the intent, act, record the outcome (reconcile.py explains why in this order)."""
+                   snap: Snapshot) -> None:
+        """Record the intent, act, record the outcome (reconcile.py explains why in this order).
+
+        A fix with an action is left whole to the next cycle once the read it was made from is stale.
+        """
+        if fix.action is not None and not self._fresh(fix.action, jobs[fix.job_id]):
+            return
+        prev = rows.get(fix.job_id)
         with self.store.tx():
             if fix.before is None:
                 old = rows.pop(fix.job_id, None)
                 if old is not None:
-                    self._book_finished(old, (finished or {}).get(fix.job_id), now)
+                    old = settled(old, *snap.finished_times.get(fix.job_id, (None, None)))
+                    self._book_finished(old, snap.finished.get(fix.job_id), now)
                 self.store.delete_job(fix.job_id)
             else:
                 self.store.put_job(fix.before)
@@ -205,6 +284,8 @@ class Daemon:
         mj = jobs.get(fix.job_id)
         if fix.kind == "release-timeout" and mj is not None and mj.reason not in NOT_THE_JOBS_FAULT:
             why = f"{mj.reason}: Slurm kept it pending when Themis released it"
+            with self.store.tx():
+                self.store.put_learned(fix.job_id, why, now + self.cfg.scheduler.lease_s)
             self._learned[fix.job_id] = (why, now + self.cfg.scheduler.lease_s)
             log.warning("job %s (app %s) not granted again for %.0f s: %s", fix.job_id, fix.app_key,
                         self.cfg.scheduler.lease_s, why)
@@ -216,10 +297,17 @@ class Daemon:
             return
         args = (dict(fix.before.planned_nodes),) if fix.action == "start" and fix.before is not None else ()
         ok = self._act(fix.action, jobs[fix.job_id], *args)
+        if ok is None and fix.kind == "release-timeout" and prev is not None:
+            with self.store.tx():  # it started after all (not held): still `starting`, the next read shows it
+                self.store.put_job(prev)
+            rows[fix.job_id] = prev
         if ok and fix.after is not None:
+            after = fix.after
+            if fix.action == "warn":  # the grace runs from when the signal went out
+                after = replace(after, warn_time=self._now())
             with self.store.tx():
-                self.store.put_job(fix.after)
-            rows[fix.job_id] = fix.after
+                self.store.put_job(after)
+            rows[fix.job_id] = after
 
     def _check_placement(self, row: JobRow, mj: ManagedJob) -> None:
         """Slurm picks GPU indices inside a node (nothing pins them): log and count what the job really got.
@@ -319,7 +407,6 @@ class Daemon:
             log.exception("arbiter round failed (trigger: %s); state kept, retried next cycle", trigger)
             return {}
         latency = self.perf() - t0
-        self._last_signature = inp.signature
         mode = cfg.mode
         in_place: dict[str, InPlace] = {}
         if mode == "enforce" and any(g.migrated for g in decision.grants):  # the round's jobs, for their kind
@@ -361,6 +448,7 @@ class Daemon:
                                         lease_expiry=r.lease_expiry, cause=r.cause, instead_of=ip.instead_of)
             for row in new_rows.values():
                 self.store.put_job(row)
+        self._last_signature = inp.signature  # only once recorded: a round the store refused runs again
         rows.update(new_rows)
         self._log_decision(decision, trigger, latency, mode, knob)
         for y, ip in in_place.items():
@@ -387,8 +475,8 @@ class Daemon:
                 if row is None or row.intent != "warning" or p.job_id not in jobs:
                     continue
                 m.preemptions.inc()
-                if self._act("warn", jobs[p.job_id]):
-                    warned.append(replace(row, intent="warned", warn_time=now))
+                if self._fresh("warn", jobs[p.job_id]) and self._act("warn", jobs[p.job_id]):
+                    warned.append(replace(row, intent="warned", warn_time=self._now()))
             with self.store.tx():
                 self.store.put_jobs(warned)
             rows.update((r.job_id, r) for r in warned)
@@ -421,18 +509,34 @@ class Daemon:
     # ------------------------------------------------------------------------------------------ starts
     def _start_granted(self, snap: Snapshot, jobs: Mapping[str, ManagedJob], rows: dict[str, JobRow],
                        now: float) -> None:
-        """Pin and release every granted job whose nodes have room now (intent `starting` first)."""
+        """Pin and release every granted job whose nodes have room now (intent `starting` first).
+
+        The release time is when the releases go out; starts the cycle has no time left for go back to
+        `granted` and wait for the next cycle's read.
+        """
         held = held_for_granted(snap, rows.values())
-        starting = [replace(rows[jid], intent="starting", release_time=now)
-                    for jid in startable(held, rows, snap.topology)
-                    if jid in jobs and jobs[jid].state == "PENDING"]  # fmt: skip
+        ids = [jid for jid in startable(held, rows, snap.topology) if jid in jobs and jobs[jid].state == "PENDING"]
+        if not ids or not self._fresh("start", jobs[ids[0]]):
+            return
+        granted = {jid: rows[jid] for jid in ids}
+        t = self._now()
+        starting = [replace(granted[jid], intent="starting", release_time=t) for jid in ids]
         with self.store.tx():  # all intents first, in one commit; then the (idempotent) starts
             self.store.put_jobs(starting)
-        for row in starting:
-            rows[row.job_id] = row
+        sent: list[JobRow] = []  # each with the time its release went out (one commit after the starts)
+        back: list[JobRow] = []
+        for i, row in enumerate(starting):
             mj = jobs[row.job_id]
+            if not self._fresh("start", *(jobs[r.job_id] for r in starting[i:])):
+                back = [granted[r.job_id] for r in starting[i:]]
+                break
+            rows[row.job_id] = row
             log.info("start app=%s job=%s nodes=%s", mj.app_key, mj.job_id, _nodes(row.planned_nodes))
-            self._act("start", mj, dict(row.planned_nodes))
+            if self._act("start", mj, dict(row.planned_nodes)):
+                rows[row.job_id] = replace(row, release_time=self._now())
+                sent.append(rows[row.job_id])
+        with self.store.tx():
+            self.store.put_jobs([*sent, *back])
 
     # ------------------------------------------------------------------------------------------ metrics
     def _metrics(self, snap: Snapshot, inp: RoundInput, rows: Mapping[str, JobRow],
@@ -448,6 +552,7 @@ class Daemon:
             "unavailable": len(snap.unavailable),
         })  # fmt: skip
         self.metrics.apps.set(len(apps))
+        self.metrics.actions_retrying.set(len(self.backlog))
         cal = self.calibration()
         self.metrics.calibration_users.set(len(cal.by_user))
         self.metrics.calibration_cluster.set(cal.cluster)

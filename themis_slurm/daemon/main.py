@@ -34,7 +34,8 @@ def make_backend(cfg: Config) -> SlurmBackend:
     from themis_slurm.slurm.model import AdapterConfig
 
     adapter = AdapterConfig(managed_partitions=cfg.slurm.partitions, slurm_conf=cfg.slurm.slurm_conf or None,
-                            timeout_s=cfg.slurm.command_timeout_s)
+                            timeout_s=cfg.slurm.command_timeout_s,
+                            action_timeout_s=cfg.slurm.action_timeout_s)
     try:
         backend, why = backends.make_backend(cfg.slurm.backend, adapter)
     except backends.BackendUnavailable as e:
@@ -87,13 +88,16 @@ def cli(ctx: click.Context, config_path: Path, check_path: str | None, handback_
               help="If the state database is damaged, or missing/empty although a previous run left state, "
                    "move it aside (<name>.damaged-<timestamp>) and start with empty state: the apps' history "
                    "and the audit log are lost. Ignored (with a warning) when the database is intact.")
-def run_cmd(config_path: Path, fresh_state: bool) -> None:
+@click.option("--standby", is_flag=True,
+              help="When another themisd holds the state directory's lock, wait and take over when it is gone "
+                   "(a backup controller's themisd, on a state_dir both hosts share) instead of exiting.")
+def run_cmd(config_path: Path, fresh_state: bool, standby: bool = False) -> None:
     """Run the daemon in the foreground (what systemd starts)."""
     from themis_slurm.daemon.service import AlreadyRunning, Service, install_signals, setup_logging
 
     cfg = _load_or_exit(config_path)
     setup_logging(cfg.log_level)
-    service = Service(cfg, config_path, make_backend(cfg), fresh_state=fresh_state)
+    service = Service(cfg, config_path, make_backend(cfg), fresh_state=fresh_state, standby=standby)
     install_signals(service)
     try:
         sys.exit(service.run())
@@ -132,12 +136,35 @@ def handback_cmd(config_path: Path) -> None:
             finally:
                 if store is not None:
                     store.close()
-    except AlreadyRunning as e:
+    except (AlreadyRunning, StateError) as e:  # StateError: the state directory or its lock cannot be made
         click.echo(f"themisd handback: {e}", err=True)
         sys.exit(1)
     for note in rep.notes:
         click.echo(note)
     click.echo(f"released {len(rep.released)} job(s); {len(rep.errors)} error(s)")
+    for err in rep.errors:
+        click.echo(f"error: {err}", err=True)
+    sys.exit(1 if rep.errors else 0)
+
+
+@cli.command("failopen")
+@config_option
+def failopen_cmd(config_path: Path) -> None:
+    """Fail-open watchdog (themisd-failopen.timer): if themisd's heartbeat is older than failopen.after_s,
+    release every held managed job to Slurm; else do nothing. Safe to run at any time."""
+    import time
+
+    from themis_slurm.daemon.failopen import fail_open
+    from themis_slurm.daemon.service import setup_logging
+
+    cfg = _load_or_exit(config_path)
+    setup_logging(cfg.log_level)
+    try:
+        rep = fail_open(make_backend(cfg), cfg, time.time())
+    except Exception as e:  # Slurm not answering: nothing could be released; the timer tries again
+        click.echo(f"themisd failopen: {e}", err=True)
+        sys.exit(1)
+    (log.warning if rep.acting else log.info)("%s", rep.summary())
     for err in rep.errors:
         click.echo(f"error: {err}", err=True)
     sys.exit(1 if rep.errors else 0)

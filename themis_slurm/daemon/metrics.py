@@ -48,6 +48,8 @@ class Metrics:
         self.slurm_seconds = Histogram("themis_slurm_call_duration_seconds",
                                        "Wall time of Slurm reads (snapshot) and actions", ["action"],
                                        buckets=LATENCY_BUCKETS, registry=r)
+        self.actions_retrying = Gauge("themis_slurm_actions_retrying", "Slurm actions that failed or were put "
+                                      "off and are retried every cycle (themis status lists them)", registry=r)
         self.last_cycle = Gauge("themis_last_cycle_timestamp_seconds", "Unix time of the last finished cycle",
                                 registry=r)
         self.calibration_samples = Counter(
@@ -57,6 +59,9 @@ class Metrics:
                                        "calibration factor (enough finished jobs)", registry=r)
         self.calibration_cluster = Gauge("themis_calibration_cluster_factor", "Calibration factor of users "
                                          "without enough history of their own (1: none)", registry=r)
+        self.state_errors = Counter(
+            "themis_state_errors", "Poll cycles abandoned because the state database could not be written "
+            "(problem: full, io, readonly); retried every cycle", ["problem"], registry=r)
         self.config_reloads = Counter("themis_config_reloads", "SIGHUP reloads by result", ["result"],
                                       registry=r)
 

@@ -98,6 +98,25 @@ def account(row: JobRow, mj: ManagedJob, topo: Topology, now: float, cfg: Config
     return new, notes
 
 
+def settled(row: JobRow, start: float | None, end: float | None) -> JobRow:
+    """The row with its last run's service ending where Slurm says the run ended, not at the last poll.
+
+    `account` adds service between the polls that saw a job running; the stretch from the last such poll
+    to the job's end (a late or blocked cycle can make it minutes, or a whole run that started and ended
+    unseen) is added here from Slurm's StartTime and EndTime, and service counted past EndTime (a poll
+    that still saw the job running) is taken back. The run's placement factor is the job's so far.
+    """
+    if start is None or end is None or end < start:
+        return row
+    since = max(row.accounted_until if row.accounted_until is not None else -FOREVER, start)
+    dt = end - since
+    if dt == 0:
+        return row
+    factor = row.done_service / row.service_s if row.service_s > 0 else 1.0
+    return replace(row, service_s=max(0.0, row.service_s + row.gpus * dt),
+                   done_service=max(0.0, row.done_service + row.gpus * factor * dt), accounted_until=end)
+
+
 def advance_apps(apps: Mapping[str, AppRow], jobs: Iterable[ManagedJob], now: float,
                  service_delta: Mapping[str, float], submits: Mapping[str, float] | None = None) -> dict[str, AppRow]:
     """Contention clocks, peak GPUs and service of every app; apps without jobs become inactive.
@@ -206,8 +225,10 @@ def build_round(snapshot: Snapshot, rows: Mapping[str, JobRow], apps: Mapping[st
                 continue
             waiting.add(jid)
         elif mj.gpu_ids:
-            # transitional running jobs, completing ones, unknown states: hold what Slurm says they hold
+            # transitional running jobs, completing ones, unknown states: hold what Slurm says they hold;
+            # a job being moved also keeps its destination out of the pool (held_for_granted)
             lease = Lease(jid, claim(mj.gpu_ids), now, FOREVER)
+            claim(held.get(jid, ()))
             preemptible = False
         else:
             continue
@@ -294,10 +315,16 @@ def intents_after(decision: Decision, rows: Mapping[str, JobRow], cfg: Config, n
                 out[p.job_id] = replace(rows[p.job_id], lease_start=now, lease_expiry=now + lease_s)
         return out
     preempted = {p.job_id for p in decision.preemptions} - set(in_place)
+    # a moved job keeps its destination through the warning and the requeue (reconcile.py grants it then),
+    # unless an in-place renewal kept another job there instead
+    instead = {ip.instead_of for ip in in_place.values()}
+    moved_to = {g.job_id: g for g in decision.grants if g.migrated and g.job_id not in instead}
     for p in decision.preemptions:
         row = rows.get(p.job_id)
         if row is not None and row.intent == "running" and p.job_id in preempted:
-            out[p.job_id] = replace(row, intent="warning")
+            g = moved_to.get(p.job_id)
+            out[p.job_id] = replace(row, intent="warning", planned_nodes=dict(g.nodes) if g else {},
+                                    planned_gpus=g.gpus if g else frozenset(), grant_time=now if g else None)
     for jid, ip in in_place.items():
         out[jid] = replace(rows[jid], lease_start=now, lease_expiry=ip.renewal.lease_expiry)
     for r in decision.renewals:

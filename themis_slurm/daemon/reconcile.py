@@ -168,5 +168,14 @@ def _one(now: float, mj: ManagedJob, row: JobRow, cfg: Config) -> Fix | None:
         return None
     # running / warning / warned / requeueing but Slurm shows it pending: it went back to the queue
     # (our requeue took, or Slurm requeued it after a node failure, or its owner requeued it)
+    if intent in ("warned", "requeueing") and row.planned_nodes:  # moved: its destination waits for it
+        moved = replace(waiting_row(row), intent="granted", planned_nodes=dict(row.planned_nodes),
+                        planned_gpus=row.planned_gpus, grant_time=now)
+        return fix("requeued", f"pending again (was {intent}): granted the GPUs it was moved to "
+                   f"({_nodes_text(row.planned_nodes)})", moved, None if mj.held else "hold")
     kind = "requeued" if intent in ("warned", "requeueing") else "requeued-outside"
     return fix(kind, f"pending again (was {intent}): waiting", waiting_row(row), None if mj.held else "hold")
+
+
+def _nodes_text(nodes: Mapping[str, int]) -> str:
+    return ",".join(f"{n}:{c}" for n, c in sorted(nodes.items()))

@@ -21,16 +21,28 @@ the marker file ``themis.db.marker`` next to the database, written once the data
 without its database (missing, or 0 bytes) means a previous run's history is gone, and themisd refuses to
 start on empty state unless asked (``themisd run --fresh-state``, which moves the damaged files aside as
 ``<name>.damaged-<timestamp>`` rather than deleting them).
+
+The state is private to the service user and its group (:data:`DIR_MODE`, :data:`FILE_MODE`): the
+database names every app, job and user, which Slurm's PrivateData may hide from other users. Whatever the
+umask, the state directory is created 0750 and every file 0640 (SQLite gives the -wal and -shm files the
+database's mode), and themisd refuses to start on state that other users can read (:func:`check_private`).
+
+A disk that cannot take a write (full, I/O error, read-only) is named in one line by
+:func:`storage_message`; a failed write rolls its whole transaction back (:meth:`Store.tx`) and raises, so
+the Slurm action its intent was recorded for never runs.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
 import os
 import re
+import shlex
 import sqlite3
+import stat
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -189,8 +201,19 @@ _V5 = """
 ALTER TABLE jobs ADD COLUMN submit_time REAL;
 """
 
+#: v6: what a released job that Slurm kept pending taught (a QOS or association limit Themis cannot see on
+#: a held job): the job is not granted again before `until`. Kept in memory only before, so a restart
+#: granted the same impossible start again.
+_V6 = """
+CREATE TABLE learned (
+    job_id TEXT PRIMARY KEY,
+    why TEXT NOT NULL,
+    until REAL NOT NULL
+);
+"""
+
 #: Migration k brings the schema from version k to k+1 (version 0 is an empty database).
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 
 
 FRESH_FLAG = "--fresh-state"
@@ -326,11 +349,8 @@ class Store:
         """
         self.path = Path(path)
         self._in_tx = False
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise StateError(f"{self.path}: cannot create the state directory {self.path.parent}: "
-                             f"{e.strerror or e}: check state_dir and its permissions", damaged=False) from None
+        make_state_dir(self.path.parent)
+        _create_private(self.path)
         checked = self.path.exists() and self.path.stat().st_size > 0 and self._check_read_only(migrations, create)
         try:
             self.db = sqlite3.connect(str(self.path), isolation_level=None, timeout=30.0)
@@ -352,7 +372,7 @@ class Store:
             self.version = self._migrate(version, migrations)
         except sqlite3.DatabaseError as e:
             self.db.close()
-            if _is_corruption(e):
+            if _is_corruption(e) or storage_problem(e):
                 raise _open_error(self.path, e) from None
             raise StateError(f"{self.path}: migration of the schema failed ({e}): the database is left at "
                              f"version {version}; report this bug, and restore a backup if it persists",
@@ -430,21 +450,37 @@ class Store:
     # ---------------------------------------------------------------------------------- transactions
     @contextmanager
     def tx(self) -> Iterator[None]:
-        """One atomic unit (BEGIN IMMEDIATE .. COMMIT); nested calls join the outer transaction."""
+        """One atomic unit (BEGIN IMMEDIATE .. COMMIT); nested calls join the outer transaction.
+
+        Any failure, the COMMIT's included (in WAL mode a full disk shows there), undoes the whole unit and
+        re-raises: the caller never goes on to the Slurm action whose intent was not recorded, and the
+        Store stays usable for the next cycle.
+        """
         if self._in_tx:
             yield
             return
+        self._rollback()  # a ROLLBACK that failed last time may have left a transaction open
         self.db.execute("BEGIN IMMEDIATE")
         self._in_tx = True
         try:
             yield
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        else:
             self.db.execute("COMMIT")
+        except BaseException:
+            self._rollback()
+            raise
         finally:
             self._in_tx = False
+
+    def _rollback(self) -> None:
+        """Ends an open transaction without its changes. SQLite rolls some failures (a full disk, an I/O
+        error) back by itself, so ROLLBACK only when one is still open; and a ROLLBACK that fails too must
+        not hide the error that caused it (the next :meth:`tx` tries again)."""
+        if not self.db.in_transaction:
+            return
+        try:
+            self.db.execute("ROLLBACK")
+        except sqlite3.Error as e:
+            log.debug("%s: rollback failed: %s", self.path, e)
 
     def _need_tx(self) -> None:
         if not self._in_tx:
@@ -558,6 +594,18 @@ class Store:
             out.setdefault(r["user"], []).append((r["estimate"], r["work"]))
         return out
 
+    def learned(self) -> dict[str, tuple[str, float]]:
+        """Jobs not to be granted before a time: job id -> (why, until)."""
+        return {r["job_id"]: (r["why"], r["until"]) for r in self.db.execute("SELECT * FROM learned")}
+
+    def put_learned(self, job_id: str, why: str, until: float) -> None:
+        self._need_tx()
+        self.db.execute("INSERT OR REPLACE INTO learned (job_id, why, until) VALUES (?, ?, ?)", (job_id, why, until))
+
+    def forget_learned(self, job_ids: Iterable[str]) -> None:
+        self._need_tx()
+        self.db.executemany("DELETE FROM learned WHERE job_id = ?", ((j,) for j in job_ids))
+
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         """Read-only helper for tests, tools and admins' questions."""
         return list(self.db.execute(sql, params))
@@ -609,9 +657,8 @@ def _open_error(path: Path, e: sqlite3.Error) -> StateError:
             w in text.lower() for w in ("unable to open", "readonly", "permission")):
         return StateError(f"{path}: cannot open the database ({text}): check that state_dir exists and is "
                           "writable by the service user", damaged=False)
-    if name.startswith(("SQLITE_IOERR", "SQLITE_FULL")) or "disk i/o" in text.lower() or "full" in text.lower():
-        return StateError(f"{path}: cannot read or write the database ({text}): check the disk (space, "
-                          "errors in dmesg) before anything else", damaged=False)
+    if storage_problem(e):
+        return StateError(f"{storage_message(path, e)}, then start themisd again", damaged=False)
     return StateError(f"{path}: cannot open the database ({text}): {_recovery(path)}")
 
 
@@ -654,7 +701,8 @@ def _write_marker(marker: Path, db: Path, previous: Mapping[str, Any] | None = N
     if previous:
         data["replaces"] = {k: previous[k] for k in ("id", "created_utc") if k in previous}
     tmp = marker.with_name(marker.name + ".tmp")
-    with open(tmp, "w") as f:
+    tmp.unlink(missing_ok=True)  # a crash's leftover would keep its mode through the rename
+    with open(tmp, "w", opener=private_opener) as f:
         json.dump(data, f, indent=1)
         f.write("\n")
         f.flush()
@@ -749,6 +797,151 @@ def open_store(path: str | Path, fresh_state: bool = False, migrations: Sequence
             _write_marker(marker, db, previous=info)
         except OSError as e:
             store.close()
+            if storage_problem(e):
+                raise StateError(f"{storage_message(db, e)}, then start themisd again", damaged=False) from None
             raise StateError(f"{marker}: cannot write the state marker: {e.strerror or e}: check that "
                              "state_dir is writable by the service user", damaged=False) from None
     return store
+
+
+# ------------------------------------------------------------------------------------------ permissions
+#: The state directory and its files: the service user writes, its group reads (`themis status` on the
+#: controller falls back to reading the database, read-only, as a member of the service's group), other
+#: users get nothing.
+DIR_MODE = 0o750
+FILE_MODE = 0o640
+#: The lock of one themisd per state directory (daemon/service.py); checked with the other files.
+LOCK_NAME = "themisd.lock"
+
+
+def make_state_dir(path: Path) -> None:
+    """Creates the state directory with :data:`DIR_MODE` whatever the umask (mkdir's mode goes through it,
+    hence the chmod); an existing directory is left as it is for :func:`check_private` to judge."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir(mode=DIR_MODE)
+        except FileExistsError:
+            return
+        os.chmod(path, DIR_MODE)
+    except OSError as e:
+        raise StateError(f"{path}: cannot create the state directory: {e.strerror or e}: check state_dir and "
+                         "the permissions of its parent", damaged=False) from None
+
+
+def private_opener(path: str, flags: int) -> int:
+    """``open(..., opener=private_opener)``: a file it creates gets :data:`FILE_MODE` whatever the umask;
+    an existing file keeps its mode (:func:`check_private` judges it)."""
+    if not flags & os.O_CREAT:
+        return os.open(path, flags)
+    try:
+        fd = os.open(path, flags | os.O_EXCL, FILE_MODE)
+    except FileExistsError:
+        return os.open(path, flags & ~os.O_CREAT)
+    os.fchmod(fd, FILE_MODE)
+    return fd
+
+
+def _create_private(db: Path) -> None:
+    """A missing database file is created empty with :data:`FILE_MODE` before SQLite opens it: SQLite
+    would create it 0644 (less the umask), and it gives the -wal and -shm files the database's mode."""
+    try:
+        if db.exists():
+            return
+        with open(db, "ab", opener=private_opener):
+            pass
+    except OSError as e:
+        if storage_problem(e):
+            raise StateError(f"{storage_message(db, e)}, then start themisd again", damaged=False) from None
+        raise StateError(f"{db}: cannot create the database: {e.strerror or e}: check that state_dir is "
+                         "writable by the service user", damaged=False) from None
+
+
+def state_modes(db: Path) -> dict[Path, int]:
+    """Permission bits of the state directory and of those of themisd's files in it that exist."""
+    out: dict[Path, int] = {}
+    for p in (db.parent, db, *_sidecars(db), marker_path(db), db.parent / LOCK_NAME):
+        try:
+            out[p] = stat.S_IMODE(p.stat().st_mode)
+        except OSError:  # missing (or not ours to stat: opening it will say so)
+            continue
+    return out
+
+
+def exposed(modes: Mapping[Path, int]) -> dict[Path, int]:
+    """The paths whose mode lets other users (neither the owner nor the group) in."""
+    return {p: m for p, m in modes.items() if m & 0o007}
+
+
+def privacy_error(db: Path, open_to_all: Mapping[Path, int]) -> StateError:
+    """One line: which paths other users can read, with their modes, and the command that closes them."""
+    listed = ", ".join(f"{p} (mode {m:04o})" for p, m in open_to_all.items())
+    paths = " ".join(shlex.quote(str(p)) for p in open_to_all)
+    return StateError(f"{db}: other users can read themisd's state (every app, job and user name): {listed}; "
+                      f"run `chmod o-rwx {paths}` and start again", damaged=False)
+
+
+def check_private(db: Path) -> None:
+    """StateError when other users can read the state directory or any of themisd's files in it.
+
+    Refused rather than fixed in silence: the data was exposed (an admin should know), and the modes may
+    be an admin's choice that themisd should not undo behind their back.
+    """
+    bad = exposed(state_modes(db))
+    if bad:
+        raise privacy_error(db, bad)
+
+
+# ------------------------------------------------------------------------------------------ a failing disk
+_STORAGE_ERRNOS = {errno.ENOSPC: "full", errno.EDQUOT: "full", errno.EIO: "io", errno.EROFS: "readonly"}
+
+
+def storage_problem(e: BaseException) -> str | None:
+    """'full', 'io' or 'readonly' when `e` says the disk cannot take a write (nothing themisd can fix:
+    it retries, the admin fixes the disk); None for any other error."""
+    if isinstance(e, sqlite3.Error):
+        name = getattr(e, "sqlite_errorname", "") or ""
+        text = str(e).lower()
+        if name.startswith("SQLITE_FULL") or "disk is full" in text:
+            return "full"
+        if name.startswith("SQLITE_IOERR") or "disk i/o error" in text:
+            return "io"
+        if name.startswith("SQLITE_READONLY") or "readonly database" in text:
+            return "readonly"
+        return None
+    if isinstance(e, OSError):
+        return _STORAGE_ERRNOS.get(e.errno or 0)
+    return None
+
+
+def free_space(path: Path) -> tuple[int, Path] | None:
+    """(bytes free for unprivileged users, mount point) of the filesystem holding the file `path`; None
+    if unknown."""
+    try:
+        st = os.statvfs(path.parent)
+        mount = path.parent.resolve()
+    except OSError:
+        return None
+    while not os.path.ismount(mount) and mount != mount.parent:
+        mount = mount.parent
+    return st.f_bavail * st.f_frsize, mount
+
+
+def storage_line(path: Path, problem: str, detail: str, free: tuple[int, Path] | None) -> str:
+    """The one line naming what cannot be written, where, and what to do (`problem` from
+    :func:`storage_problem`, `free` from :func:`free_space`)."""
+    if problem == "full":
+        room = f"{free[0] / 2**20:.0f} MiB free on {free[1]}" if free else "free space unknown"
+        where = free[1] if free else path.parent
+        return (f"state database {path}: the filesystem is full ({room}; {detail}); free space on {where} "
+                "(or raise the service user's quota)")
+    if problem == "readonly":
+        return (f"state database {path}: cannot be written ({detail}); make {path.parent} and its files "
+                "writable by the service user (is the filesystem mounted read-only?)")
+    return f"state database {path}: disk I/O error ({detail}); check the disk (dmesg, smartctl) and its filesystem"
+
+
+def storage_message(path: Path, e: BaseException) -> str:
+    """:func:`storage_line` for the error `e` met writing `path`, with the free space measured now."""
+    detail = " ".join((e.strerror if isinstance(e, OSError) and e.strerror else str(e)).split())
+    return storage_line(path, storage_problem(e) or "io", detail, free_space(path))

@@ -15,17 +15,34 @@ so the daemon may simply retry an action that failed half-way (after a timeout, 
            warning). Only for a job the snapshot shows RUNNING: scancel retries a signal to a pending
            job for about 95 s ("Job can not be altered now") before failing. ``--state=RUNNING`` covers
            the race where the job stopped running since the snapshot: then there is nothing to warn and
-           scancel returns at once.
+           scancel returns at once. For an array task scancel runs verbose and is stopped at its "Job is in
+           transitional state, retrying": see "Array tasks" below.
+* hold     first asks Slurm for the job's state (``squeue -h -j X -o %T``; one cheap RPC, and holds are
+           rare) and refuses a job that is not PENDING: ``scontrol hold`` on a running job succeeds in
+           Slurm (it shows R with JobHeldAdmin and priority 0) and would pin a stale view onto a job that
+           started since the snapshot.
 * requeue  ``scontrol requeuehold`` (same JobId, Restarts+1, held), then clear the pin, which survives a
            requeue and would otherwise tie the job to nodes it may never get again. If the job is already
            pending (a retry after the requeue went through), it is held instead: same end state.
-* hold     hold first, then clear the pin, so the clearing update cannot start the job unpinned.
+           Then hold, then clear the pin, so the clearing update cannot start the job unpinned.
 * release_unpinned  clear the pin, release: Slurm schedules it (kill switch / observe mode).
 
 Jobs are addressed by their user-visible id (``123`` or ``123_4``): Slurm resolves ``123_4`` for a task
 still inside a pending array record and for a task split off already, whereas the numeric id of a pending
 array record would act on every remaining task. Never preempting a job that cannot be requeued is checked
 here, not left to Slurm: Slurm would refuse the requeue only after the warning signal was sent.
+
+Array tasks. slurmctld answers a signal other than SIGKILL addressed as ``A_T`` with "Job can not be
+altered now" (ESLURM_TRANSITION_STATE_NO_UPDATE) whenever the array still has pending tasks, after
+delivering it to the running task T: ``job_str_signal`` first offers the signal to the pending meta
+record, which refuses it, and keeps that error (``src/slurmctld/job_mgr.c``; seen on 22.05 and 25.11).
+scancel then re-sends the signal every 5-15 s for about 95 s and fails: the warning was delivered over and
+over, never recorded, and the task never requeued. scancel cannot be given another address: with
+``--batch``/``--signal`` it reads the job table and rebuilds ``A_T`` from any id, the task's own JobId
+included (on 22.05 slurmctld also refuses a split-off task's own JobId for a signal: "Invalid job id";
+25.11 accepts it, which the pyslurm backend uses). So for an array task scancel runs with ``-v`` and is
+stopped at its first "Job is in transitional state, retrying": the one signal was delivered (scancel's
+``--state=RUNNING`` only sends it to a task it read as running), and the warning counts as sent.
 """
 
 from __future__ import annotations
@@ -35,7 +52,7 @@ from collections.abc import Callable, Mapping
 
 from themis_slurm.slurm import hostlist
 from themis_slurm.slurm.model import ManagedJob
-from themis_slurm.slurm.runner import Runner, SlurmCommandError
+from themis_slurm.slurm.runner import Runner, SlurmCommandError, StoppedAt
 
 # Slurm's text for ESLURM_JOB_PENDING, what requeuehold answers for a job that is already waiting.
 ALREADY_PENDING = "pending execution"
@@ -54,6 +71,22 @@ def _target(job: ManagedJob) -> str:
     return job.job_id
 
 
+#: What scancel -v prints before it re-sends a signal slurmctld refused for now (see "Array tasks").
+RETRYING = "transitional state, retrying"
+
+
+def own_record(job: ManagedJob) -> bool:
+    """True for an array task that Slurm keeps under a JobId of its own (split off from the array)."""
+    return job.array_task_id is not None and job.array_job_id is not None and job.slurm_id != job.array_job_id
+
+
+def signal_args(job: ManagedJob, signal: str = "USR1") -> list[str]:
+    """``scancel --batch --signal=SIG --state=RUNNING ID`` for the batch shell of a running job; verbose
+    for an array task, whose answer is read (see "Array tasks")."""
+    verbose = ["-v"] if job.array_task_id is not None else []
+    return ["scancel", *verbose, "--batch", f"--signal={signal}", "--state=RUNNING", _target(job)]
+
+
 def check_preemptible(job: ManagedJob) -> None:
     """Raise ActionRefused unless the job can be requeued (batch job without --no-requeue)."""
     if not job.requeue_ok:
@@ -70,6 +103,12 @@ def check_warnable(job: ManagedJob) -> None:
     check_preemptible(job)
     if job.state != "RUNNING":
         raise ActionRefused(f"job {job.job_id} is {job.state}, not RUNNING: no batch shell to warn")
+
+
+def check_still_pending(job: ManagedJob, state: str) -> None:
+    """Raise ActionRefused unless Slurm still shows the job PENDING (a hold is for waiting jobs only)."""
+    if state != "PENDING":
+        raise ActionRefused(f"job {job.job_id} is {state or 'gone'} in Slurm now, not PENDING: not held")
 
 
 def is_already_pending(message: str) -> bool:
@@ -143,7 +182,14 @@ class Actions:
     def warn(self, job: ManagedJob) -> None:
         """SIGUSR1 to the batch shell: checkpoint now, the GPUs go away after the grace period."""
         check_warnable(job)
-        self._run("scancel", "--batch", "--signal=USR1", "--state=RUNNING", _target(job))
+        argv = signal_args(job)
+        if job.array_task_id is None:
+            self._run(*argv)
+            return
+        try:  # see "Array tasks": stopped at scancel's retry, the signal was delivered once
+            self.runner.run(argv, self.timeout_s, stop_at=RETRYING)
+        except StoppedAt:
+            return
 
     def requeue(self, job: ManagedJob) -> None:
         """Take the GPUs back: requeue held, then clear the pin."""
@@ -156,8 +202,14 @@ class Actions:
             self._run("scontrol", "hold", _target(job))  # requeued before, or never ran: just hold it
         self.clear_pin(job)
 
+    def state(self, job: ManagedJob) -> str:
+        """The job's state as Slurm reports it now (``squeue -h -j X -o %T``), e.g. ``PENDING``."""
+        out = self._run("squeue", "-h", "-j", _target(job), "-o", "%T").split()
+        return out[0].upper() if out else ""
+
     def hold(self, job: ManagedJob) -> None:
-        """(Re)hold a pending job and clear its pin."""
+        """(Re)hold a pending job and clear its pin; ActionRefused for a job Slurm no longer shows pending."""
+        check_still_pending(job, self.state(job))
         self._run("scontrol", "hold", _target(job))
         self.clear_pin(job)
 

@@ -30,7 +30,7 @@ class CliBackend:
         self.config = config or AdapterConfig()
         self.runner = runner or SubprocessRunner(self.config.slurm_conf, self.config.timeout_s)
         self.reader = SnapshotReader(self.runner, self.config, clock)
-        self.actions = Actions(self.runner, self.config.timeout_s)
+        self.actions = Actions(self.runner, self.config.action_timeout_s)
 
     def snapshot(self) -> Snapshot:
         return self.reader.snapshot()

@@ -67,6 +67,9 @@ class Snapshot:
     #: managed jobs Slurm still lists in a terminal state (job id -> base state: COMPLETED, CANCELLED,
     #: FAILED, TIMEOUT, ...), for as long as slurmctld keeps them (MinJobAge): how a job that left ended
     finished: Mapping[str, str] = field(default_factory=dict)
+    #: the same jobs' last run as Slurm timed it: job id -> (StartTime, EndTime), None where unset. A job's
+    #: service is taken from these, not from when themisd happened to look (a cycle may have been late)
+    finished_times: Mapping[str, tuple[float | None, float | None]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,10 @@ class AdapterConfig:
 
     managed_partitions: tuple[str, ...] = ("gpu",)
     slurm_conf: str | None = None
-    timeout_s: float = 30.0  # per Slurm command
+    timeout_s: float = 30.0  # per Slurm command that reads
+    #: per command of an action (start, warn, requeue, hold): short, so that one slow or stuck call (a
+    #: controller that answers "try again later") delays the cycle's other actions by this much at most
+    action_timeout_s: float = 10.0
     split_pcie_by_cores: bool = False  # see gres_conf: group unlinked GPUs by Cores= into islands
 
 

@@ -30,6 +30,9 @@ class Record:
     model: str | None = None
     sens: str | None = None
     est_s: float | None = None
+    #: an array's ``%N`` throttle at submit: the owner can raise Slurm's own copy (slurmctld applies
+    #: ``ArrayTaskThrottle=`` before job_submit.lua's refusal), never this one
+    throttle: int | None = None
 
     @property
     def profile(self) -> str | None:
@@ -73,8 +76,16 @@ def parse_record(admin_comment: str) -> tuple[Record, list[str]]:
         except ValueError:
             est = None
             problems.append(f"AdminComment record field est={shorten(raw_est)!r}: expected whole seconds > 0")
+    throttle: int | None = None
+    raw_throttle = fields.get("throttle", "")
+    if raw_throttle:
+        if raw_throttle.isdigit() and int(raw_throttle) > 0:
+            throttle = int(raw_throttle)
+        else:
+            problems.append(f"AdminComment record field throttle={shorten(raw_throttle)!r}: expected a whole "
+                            "number > 0")
     return Record(app=fields.get("app") or None, model=fields.get("model") or None,
-                  sens=fields.get("sens") or None, est_s=est), problems
+                  sens=fields.get("sens") or None, est_s=est, throttle=throttle), problems
 
 
 def parse_progress(comment: str) -> tuple[float | None, str | None]:

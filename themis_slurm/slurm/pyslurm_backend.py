@@ -67,7 +67,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from themis_slurm.slurm import hostlist
-from themis_slurm.slurm.actions import Actions, check_preemptible, check_warnable, is_already_pending
+from themis_slurm.slurm.actions import (
+    Actions,
+    check_preemptible,
+    check_still_pending,
+    check_warnable,
+    is_already_pending,
+    own_record,
+)
 from themis_slurm.slurm.errors import SlurmOutputError
 from themis_slurm.slurm.gres import gpu_indices, gpu_items, gpu_type, tres_gpus
 from themis_slurm.slurm.model import AdapterConfig, ManagedJob, Snapshot
@@ -333,7 +340,7 @@ class PyslurmBackend:
         self.ps = module
         self.runner = runner or SubprocessRunner(self.config.slurm_conf, self.config.timeout_s)
         self.reader = SnapshotReader(self.runner, self.config, clock)  # topology + config-file cache
-        self.cli = Actions(self.runner, self.config.timeout_s)
+        self.cli = Actions(self.runner, self.config.action_timeout_s)
         self.clock = clock
         self._perf = perf
         self._per_job: dict[int, str] = {}  # job id -> tres_per_job from squeue (fallback 4)
@@ -457,12 +464,11 @@ class PyslurmBackend:
     def warn(self, job: ManagedJob) -> None:
         """SIGUSR1 to the batch step, only while the job is RUNNING (``scancel --state=RUNNING``)."""
         check_warnable(job)
-        if self._by_cli(job):
+        if self._by_cli(job) and not own_record(job):  # a split-off task's own JobId is that task alone
             self.cli.warn(job)
             return
         current = self._call("Job.load", job.job_id, self.ps.Job.load, job.slurm_id)
-        state, _ = normalise_job_state(text(current.state) or None)
-        if state != "RUNNING":
+        if self._state(current) != "RUNNING":
             return  # stopped running since the snapshot: no batch shell to warn
         self._call("send_signal", job.job_id, current.send_signal, "SIGUSR1", steps="batch")
 
@@ -481,11 +487,17 @@ class PyslurmBackend:
             self._hold(job)  # requeued before, or never ran: just hold it
         self.cli.clear_pin(job)
 
+    @staticmethod
+    def _state(pj: Any) -> str:
+        state, _ = normalise_job_state(text(pj.state) or None)
+        return state
+
     def hold(self, job: ManagedJob) -> None:
-        """Hold first, then clear the pin (fallback 2)."""
+        """Hold a job Slurm still shows pending (as `Actions.hold`), then clear the pin (fallback 2)."""
         if self._by_cli(job):
             self.cli.hold(job)
             return
+        check_still_pending(job, self._state(self._call("Job.load", job.job_id, self.ps.Job.load, job.slurm_id)))
         self._hold(job)
         self.cli.clear_pin(job)
 

@@ -10,6 +10,7 @@ latency are counted for metrics and for the "bounded RPCs per cycle" promise adm
 from __future__ import annotations
 
 import os
+import selectors
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -32,6 +33,18 @@ class SlurmCommandError(RuntimeError):
         self.stderr = stderr.strip()
         how = "timed out" if returncode is None else f"failed (exit {returncode})"
         super().__init__(f"{' '.join(self.argv)} {how}: {self.stderr or '(no message)'}")
+
+
+class StoppedAt(SlurmCommandError):
+    """The command printed the line it was to be stopped at (``stop_at``) and was stopped there.
+
+    For commands whose own retry loop would otherwise run on: scancel re-sends a signal for ~95 s when
+    slurmctld answers "try again later", which it does for an array task after delivering it (actions.py).
+    """
+
+    def __init__(self, argv: Sequence[str], line: str) -> None:
+        super().__init__(argv, None, line)
+        self.line = line
 
 
 @dataclass
@@ -69,8 +82,9 @@ class Runner(Protocol):
 
     stats: CallStats
 
-    def run(self, argv: Sequence[str], timeout: float | None = None) -> str:
-        """Run ``argv``; return stdout; raise SlurmCommandError on any failure."""
+    def run(self, argv: Sequence[str], timeout: float | None = None, stop_at: str | None = None) -> str:
+        """Run ``argv``; return stdout; raise SlurmCommandError on any failure, StoppedAt when a line of
+        its stderr contains ``stop_at`` (the command is then ended at once)."""
         ...
 
 
@@ -93,7 +107,7 @@ class SubprocessRunner:
         """The slurm.conf the commands use (Slurm's compiled-in default when SLURM_CONF is unset)."""
         return self.env.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
 
-    def run(self, argv: Sequence[str], timeout: float | None = None) -> str:
+    def run(self, argv: Sequence[str], timeout: float | None = None, stop_at: str | None = None) -> str:
         if isinstance(argv, str) or not argv:
             raise TypeError("argv must be a non-empty list of arguments, not a shell string")
         args = [str(a) for a in argv]
@@ -101,6 +115,8 @@ class SubprocessRunner:
             args[0] = os.path.join(self.bin_dir, args[0])
         name = command_name(argv)
         t0 = self._clock()
+        if stop_at is not None:
+            return self._run_watching(argv, args, name, t0, self.timeout_s if timeout is None else timeout, stop_at)
         try:
             res = subprocess.run(args, env=self.env, capture_output=True, text=True, check=False,
                                  timeout=self.timeout_s if timeout is None else timeout, stdin=subprocess.DEVNULL)
@@ -114,3 +130,45 @@ class SubprocessRunner:
         if res.returncode != 0:
             raise SlurmCommandError(argv, res.returncode, res.stderr or res.stdout)
         return res.stdout
+
+    def _run_watching(self, argv: Sequence[str], args: list[str], name: str, t0: float, timeout: float,
+                      stop_at: str) -> str:
+        """`run`, reading stderr as it comes: ended at the first line containing `stop_at` (StoppedAt)."""
+        try:
+            proc = subprocess.Popen(args, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    stdin=subprocess.DEVNULL)
+        except OSError as exc:
+            self.stats.add(name, self._clock() - t0, True)
+            raise SlurmCommandError(argv, 127, str(exc)) from None
+        out, err, seen, late = bytearray(), bytearray(), None, False
+        deadline = time.monotonic() + timeout
+        with proc, selectors.DefaultSelector() as sel:
+            assert proc.stdout is not None and proc.stderr is not None
+            sel.register(proc.stdout, selectors.EVENT_READ, out)
+            sel.register(proc.stderr, selectors.EVENT_READ, err)
+            while sel.get_map() and seen is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    late = True
+                    break
+                for key, _ in sel.select(left):
+                    chunk = os.read(key.fd, 65536)
+                    if not chunk:
+                        sel.unregister(key.fileobj)
+                        continue
+                    key.data.extend(chunk)
+                    if key.data is err:
+                        seen = next((ln for ln in err.decode(errors="replace").splitlines() if stop_at in ln),
+                                    None)
+            if proc.poll() is None:
+                proc.kill()
+            rc = proc.wait()
+        text = err.decode(errors="replace") or out.decode(errors="replace")
+        self.stats.add(name, self._clock() - t0, seen is not None or late or rc != 0)
+        if seen is not None:
+            raise StoppedAt(argv, seen.strip())
+        if late:
+            raise SlurmCommandError(argv, None, f"no answer within {timeout:g} s" + (f": {text}" if text else ""))
+        if rc != 0:
+            raise SlurmCommandError(argv, rc, text)
+        return out.decode(errors="replace")

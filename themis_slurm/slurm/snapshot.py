@@ -131,6 +131,17 @@ def _gpu_ids(job: SlurmJob, topo: Topology, warnings: list[str]) -> frozenset[in
     return frozenset(ids)
 
 
+def trusted_throttle(slurms: int | None, recorded: int | None) -> int | None:
+    """An array's throttle as Themis counts it: never above the one recorded at submit.
+
+    Slurm's copy is the owner's to change (an owner's raise is applied before job_submit.lua refuses it),
+    so it counts only where it is lower; the recorded one counts when Slurm's was raised or removed.
+    """
+    if recorded is None:
+        return slurms
+    return recorded if slurms is None else min(slurms, recorded)
+
+
 def managed_jobs_of(job: SlurmJob, topo: Topology, warnings: list[str], now: float | None = None) -> list[ManagedJob]:
     """One ManagedJob per job, or per task for a pending array remainder (``120_[3-7]``).
 
@@ -187,7 +198,7 @@ def managed_jobs_of(job: SlurmJob, topo: Topology, warnings: list[str], now: flo
             array_task_id=task,
             reason=job.state_reason,
             blocked=blocked,
-            array_max_tasks=job.array_max_tasks,
+            array_max_tasks=trusted_throttle(job.array_max_tasks, record.throttle),
         )
         for task in tasks
     ]
@@ -202,10 +213,13 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], topo: T
     used: set[int] = set()
     managed_used: set[int] = set()
     finished: dict[str, str] = {}
+    finished_times: dict[str, tuple[float | None, float | None]] = {}
     for job in jobs:
         if not job.is_active:
             if job.state in JOB_BASE_STATES and is_managed(job, config.managed_partitions):
-                finished[_job_id_text(job, job.array_task_id)] = job.state
+                key = _job_id_text(job, job.array_task_id)
+                finished[key] = job.state
+                finished_times[key] = (job.start_time or None, job.end_time or None)
             continue
         if is_managed(job, config.managed_partitions):
             for mj in managed_jobs_of(job, topo, warns, now):
@@ -247,6 +261,7 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], topo: T
         latency_s=latency_s,
         managed_used=frozenset(managed_used),
         finished=finished,
+        finished_times=finished_times,
     )
 
 

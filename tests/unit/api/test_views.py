@@ -220,3 +220,20 @@ def test_explain_shows_rows_of_older_daemons_as_written(make_app: Callable[..., 
     assert old["reason"] == "bid (rank 1) but won nothing"
     assert (old["outcome"], old["rank"], old["bid"], old["offered"]) == (None, None, None, None)
     assert doc["rounds"][1]["app"]["offered"] is True and doc["rounds"][1]["app"]["rank"] == 1
+
+
+def test_actions_themisd_retries_are_shown_to_their_owners(app: ApiApp) -> None:
+    # issue 38 item 1: what could not be done in Slurm is visible, and only to whom the job is visible
+    pending = [{"job": "20", "app": "themis-bob/job-20", "action": "warn", "since": world.NOW - 30, "tries": 4,
+                "error": "scancel --batch --signal=USR1 20 timed out: no answer within 10 s"}]
+    app.pending_actions = lambda: pending
+    _, doc = get(app, "/v1/cluster", BOB)
+    assert doc["pending_actions"] == pending
+    _, doc = get(app, "/v1/cluster", ALICE)
+    assert doc["pending_actions"] == []
+    from themis_slurm.cli.output import TableOptions
+    from themis_slurm.cli.status import render_status
+
+    _, doc = get(app, "/v1/cluster", ROOT)
+    screen = render_status(doc, TableOptions())
+    assert "RETRYING" in screen and "timed out: no answer within 10 s" in screen

@@ -28,7 +28,8 @@ def test_status(run: Run, server: ApiServer) -> None:
 
 def test_status_json_shape(run: Run, server: ApiServer) -> None:
     doc = json.loads(run("status", "--url", server.url, "--json").output)
-    assert set(doc) == {"meta", "gpus", "racks", "aggregates", "apps", "next_leases", "rounds", "ineligible"}
+    assert set(doc) == {"meta", "gpus", "racks", "aggregates", "apps", "next_leases", "rounds", "ineligible",
+                        "pending_actions"}
     assert set(doc["meta"]) == {"time", "data_time", "data_age_s", "source", "viewer", "private_data", "warnings"}
     assert doc["meta"]["viewer"]["user"] == "themis-alice"
 

@@ -27,8 +27,15 @@ def test_progress_runs_scontrol_with_an_argument_list(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(subprocess, "run", fake_run)
     monkeypatch.setenv("SLURM_JOB_ID", "42")
+    monkeypatch.delenv("SLURM_ARRAY_JOB_ID", raising=False)
+    monkeypatch.delenv("SLURM_ARRAY_TASK_ID", raising=False)
     res = CliRunner().invoke(cli, ["progress", "42%"])
     assert res.exit_code == 0 and calls == [["scontrol", "update", "JobId=42", "Comment=themis:progress=0.42"]]
+    # in an array's last task SLURM_JOB_ID is the array's own id, which Slurm reads as every task
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "42")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "7")
+    res = CliRunner().invoke(cli, ["progress", "0.5"])
+    assert res.exit_code == 0 and calls[-1] == ["scontrol", "update", "JobId=42_7", "Comment=themis:progress=0.5"]
 
 
 @pytest.mark.parametrize("value", ["1.5", "-0.1", "abc", "nan"])

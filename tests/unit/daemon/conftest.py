@@ -22,7 +22,8 @@ def daemon_config(state_dir: Path, **scheduler: float) -> Config:
     sched = dict(lease_minutes=1.0, grace_s=10.0, min_runtime_s=0.0, release_timeout_s=20.0, restart_cost_s=0.0)
     sched.update(scheduler)
     cfg = parse({"state_dir": str(state_dir), "poll_interval_s": 5, "metrics": {"listen": ""},
-                 "api": {"listen": ""}}, "test.yaml")
+                 "api": {"listen": ""}, "failopen": {"heartbeat_file": str(state_dir.parent / "heartbeat")}},
+                "test.yaml")
     return replace(cfg, scheduler=SchedulerConfig(**sched),
                    estimates=EstimatesConfig(default_s=600.0, min_s=10.0, max_s=86400.0))
 

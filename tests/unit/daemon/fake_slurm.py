@@ -74,6 +74,7 @@ class FakeSlurm:
         self.calls: list[tuple[str, str]] = []
         self.completed: list[str] = []
         self.ended: dict[str, str] = {}  # job id -> terminal state, listed in snapshots (as MinJobAge keeps them)
+        self.ended_times: dict[str, tuple[float | None, float | None]] = {}  # job id -> (StartTime, EndTime)
         self.snapshots = 0
         self.fail: dict[str, Exception] = {}  # action -> raised BEFORE acting
         self.fail_after: dict[str, BaseException] = {}  # action -> raised AFTER acting (crash after the RPC)
@@ -108,17 +109,21 @@ class FakeSlurm:
                     del self.jobs[j.job_id]
                     self.completed.append(j.job_id)
                     self.ended[j.job_id] = "COMPLETED"
+                    self.ended_times[j.job_id] = (j.start_time, self.now - (j.done_s - j.work_s))
         if self.auto_schedule:
             self.schedule()
 
     def cancel(self, job_id: str, state: str = "CANCELLED") -> None:
         """The job ends without completing (scancel; `state` FAILED, TIMEOUT, ... for other endings)."""
-        if self.jobs.pop(job_id, None) is not None:
+        j = self.jobs.pop(job_id, None)
+        if j is not None:
             self.ended[job_id] = state
+            self.ended_times[job_id] = (j.start_time, self.now if j.start_time is not None else None)
 
     def forget(self) -> None:
         """slurmctld purges finished jobs (MinJobAge passed): later snapshots no longer list them."""
         self.ended.clear()
+        self.ended_times.clear()
 
     def user_requeue(self, job_id: str) -> None:
         """`scontrol requeue` by the owner: pending, NOT held."""
@@ -235,7 +240,8 @@ class FakeSlurm:
         managed = tuple(self._managed(j) for j in sorted(self.jobs.values(), key=lambda x: x.slurm_id) if j.managed)
         return Snapshot(time=self.now, topology=self.topo, free=free, unmanaged=used_u,
                         unavailable=down - used_m - used_u, managed=managed, slurm_calls=2,
-                        managed_used=used_m, finished=dict(self.ended))  # fmt: skip
+                        managed_used=used_m, finished=dict(self.ended),
+                        finished_times=dict(self.ended_times))  # fmt: skip
 
     def _managed(self, j: FakeJob) -> ManagedJob:
         return ManagedJob(

@@ -123,3 +123,30 @@ def test_a_user_whose_jobs_outrun_their_estimates_gets_them_raised_up_to_the_tim
     assert d.store.job(limited).work == 2 * 300.0, "Slurm ends it at its time limit"
     assert d.store.job(huge).work == 50_000.0, "estimates.max_s"
     assert d.store.job(bob).work == 60.0 and d.store.job(bob).est_factor == 1.0
+
+
+def test_run_time_is_slurms_not_when_themisd_looked(slurm: FakeSlurm, make_daemon: Callable[..., Daemon],
+                                                   tmp_path: Path) -> None:
+    # issue 38 item 12: jobs that ran on while cycles were late were booked with the service seen at polls
+    d = make_daemon(config(tmp_path))
+    a = slurm.submit("alice", "a", 1, 47.0, est_s=300.0)  # ends 2 s after a poll
+    b = slurm.submit("alice", "b", 2, 242.0, est_s=300.0)  # runs 4:02 while themisd does not cycle
+    d.cycle()
+    slurm.advance(1.0)  # both start a second after the release
+    d.cycle()
+    slurm.advance(300.0)  # one blocked stretch: both finish unseen
+    assert {a, b} <= set(slurm.completed)
+    d.cycle()
+    work = {r["job_id"]: r["work"] for r in d.store.query("SELECT job_id, work FROM finished_jobs")}
+    assert work == {a: pytest.approx(47.0), b: pytest.approx(2 * 242.0)}
+
+
+def test_service_counted_past_slurms_end_time_is_taken_back() -> None:
+    from themis_slurm.daemon.planning import settled
+    from themis_slurm.daemon.store import JobRow
+
+    row = JobRow(job_id="1", slurm_id=1, app_key="u/a", intent="running", gpus=2, work=100.0, first_seen=0.0,
+                 service_s=2 * 134.0, done_service=2 * 134.0 * 0.9, accounted_until=1134.0)
+    late = settled(row, 1000.0, 1060.0)  # a poll after an outage still saw it running 74 s past its end
+    assert late.service_s == pytest.approx(120.0) and late.done_service == pytest.approx(108.0)
+    assert settled(row, None, 1060.0) == row and settled(row, 1000.0, None) == row

@@ -201,9 +201,12 @@ def test_intervals_have_lower_bounds(tmp_path: Path, text: str, message: str) ->
 def test_bounds_are_inclusive_and_cover_every_duration() -> None:
     doc: dict = {"poll_interval_s": 0.1, "scheduler": {"lease_minutes": 0.1, "grace_s": 0, "min_runtime_s": 0,
                                                        "release_timeout_s": 5, "restart_cost_s": 0},
-                 "estimates": {"min_s": 1, "default_s": 1, "max_s": 1}, "slurm": {"command_timeout_s": 1}}
+                 "estimates": {"min_s": 1, "default_s": 1, "max_s": 1},
+                 "slurm": {"command_timeout_s": 1, "action_timeout_s": 1, "act_within_s": 1},
+                 "failopen": {"after_s": 0}, "api": {"request_timeout_s": 0.1, "write_timeout_s": 0.1}}
     cfg = parse(doc)
     assert cfg.poll_interval_s == 0.1 and cfg.slurm.command_timeout_s == 1.0
+    assert cfg.slurm.action_timeout_s == 1.0 and cfg.slurm.act_within_s == 1.0
     durations = {"poll_interval_s"} | {f"{sec}.{k}" for sec, keys in doc.items() if isinstance(keys, dict)
                                        for k in keys}
     assert durations == set(BOUNDS)
@@ -230,3 +233,25 @@ def test_slurm_backend_choice() -> None:
     assert parse({"slurm": {"backend": "pyslurm"}}, "t.yaml").slurm.backend == "pyslurm"
     with pytest.raises(ConfigError, match="slurm.backend"):
         parse({"slurm": {"backend": "rest"}}, "t.yaml")
+
+
+def test_the_api_servers_limits_are_config_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 38 item 8: the status API's limits were parameters of start_api_server only
+    from themis_slurm.daemon import service
+
+    cfg = parse({"state_dir": str(tmp_path), "api": {"listen": "127.0.0.1:8787", "workers": 3, "backlog": 9,
+                 "request_timeout_s": 2.5, "write_timeout_s": 7, "max_connections": 40}})
+    seen: dict = {}
+
+    def fake_start(*args: object, **kw: object) -> object:
+        seen.update(kw)
+        return type("S", (), {"url": "http://x"})()
+
+    monkeypatch.setattr(service, "start_api_server", fake_start)
+    svc = Service(cfg, tmp_path / "t.yaml", backend=None)  # type: ignore[arg-type]
+    svc._start_api(type("D", (), {"last_snapshot": None, "last_cycle_time": None, "cfg": cfg,
+                                  "pending_actions": list})())
+    assert {k: seen[k] for k in ("workers", "backlog", "timeout", "write_timeout", "max_connections")} == {
+        "workers": 3, "backlog": 9, "timeout": 2.5, "write_timeout": 7.0, "max_connections": 40}
+    with pytest.raises(ConfigError, match="api.workers: value 0 is not an integer >= 1"):
+        parse({"api": {"workers": 0}})

@@ -75,3 +75,16 @@ def test_limit_seen_after_release_stops_the_loop(slurm: FakeSlurm, make_daemon: 
     assert d.store.job(jid).intent == "waiting"
     events = d.store.query("SELECT kind FROM events WHERE job_id = ? AND kind = 'release-timeout'", (jid,))
     assert len(events) == 1
+
+
+def test_a_learned_limit_survives_a_restart(slurm: FakeSlurm, make_daemon: Callable[..., Daemon]) -> None:
+    # issue 38 item 8: the limit a timed-out release taught was kept in memory only
+    d = make_daemon(release_timeout_s=10.0)  # 60 s leases
+    jid = slurm.submit("alice", "capped", 2, 300.0, est_s=300.0, limit_reason="AssocGrpGRES")
+    run(d, slurm, 30)
+    assert starts(slurm, jid) == 1 and jid in d.store.learned()
+    again = make_daemon(release_timeout_s=10.0)  # a restart: the same store
+    run(again, slurm, 20)
+    assert starts(slurm, jid) == 1, "granted again right after a restart"
+    run(again, slurm, 60)  # the lease is over: it may be tried again, and the record is gone
+    assert jid not in again.store.learned() or again.store.learned()[jid][1] > slurm.now

@@ -37,3 +37,38 @@ def test_a_moved_holder_landing_on_a_lost_holders_gpus_renews_that_holder() -> N
     assert instead_of_migrations(d, rows, {**jobs, "2": replace(jobs["2"], profile="resnet50")}) == {}
     assert instead_of_migrations(d, rows, {**jobs, "2": Job("2", "alice/a", 1, 3600.0, profile="vgg16")}) == {}
     assert instead_of_migrations(d, rows, {"1": jobs["1"]}) == {}
+
+
+def test_a_moved_job_keeps_its_destination_through_warning_and_requeue() -> None:
+    # issue 38 item 14: a job moved to other GPUs lost its destination and waited a whole lease
+    from themis_slurm.api.cluster import held_for_granted
+    from themis_slurm.core.topology import Topology
+    from themis_slurm.daemon.reconcile import reconcile
+    from themis_slurm.slurm.model import ManagedJob, Snapshot
+
+    topo = Topology.uniform(racks=1, nodes_per_rack=2, gpus_per_node=4, islands_per_node=2)
+    home, dest = frozenset({0, 1}), frozenset({4, 5})
+    d = Decision(now=10.0, grants=(Grant("1", "alice/a", dest, {"node2": 2}, "island", 610.0, "auction",
+                                         migrated=True),),
+                 preemptions=(Preemption("1", "alice/a", home, cause=PreemptionCause.MOVED),
+                              Preemption("2", "alice/a", frozenset({2, 3}), cause=PreemptionCause.LOST)))
+    rows = {"1": _row("1"), "2": replace(_row("2"), planned_nodes={"node1": 2}, planned_gpus=frozenset({2, 3}))}
+    new = intents_after(d, rows, Config(), 10.0, {})
+    assert (new["1"].intent, dict(new["1"].planned_nodes), new["1"].planned_gpus) == ("warning", {"node2": 2}, dest)
+    assert (new["2"].intent, dict(new["2"].planned_nodes)) == ("warning", {})  # lost: no destination
+
+    def mj(jid: str, state: str, gpus: frozenset[int]) -> ManagedJob:
+        return ManagedJob(job_id=jid, slurm_id=int(jid), app_key="alice/a", user="alice", state=state,
+                          held=state == "PENDING", gpus=2, gpus_per_node=None, nodes=None, node_gpus={},
+                          gpu_ids=gpus, est_s=None, time_limit_s=None, profile=None, progress=None,
+                          progress_error=None, requeue_ok=True, restart_cnt=0, submit_time=0.0, start_time=None,
+                          required_nodes=(), priority=0)
+
+    free = frozenset(range(8)) - home - frozenset({2, 3})
+    snap = Snapshot(20.0, topo, free, frozenset(), frozenset(), (mj("1", "RUNNING", home),), 2)
+    assert held_for_granted(snap, [replace(new["1"], intent="warned")]) == {"1": dest}  # not offered meanwhile
+    after = reconcile(30.0, {"1": mj("1", "PENDING", frozenset())}, {"1": replace(new["1"], intent="warned")},
+                      Config())
+    [fix] = after
+    assert fix.kind == "requeued" and fix.before is not None
+    assert (fix.before.intent, dict(fix.before.planned_nodes), fix.before.grant_time) == ("granted", {"node2": 2}, 30.0)

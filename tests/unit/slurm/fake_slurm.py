@@ -20,14 +20,16 @@ class FakeRunner:
         self.answers: dict[tuple[str, ...], Answer] = dict(answers or {})
         self.calls: list[list[str]] = []
         self.timeouts: list[float | None] = []
+        self.stops: list[str | None] = []
         self.stats = CallStats()
         if slurm_conf:
             self.slurm_conf = slurm_conf
 
-    def run(self, argv: Sequence[str], timeout: float | None = None) -> str:
+    def run(self, argv: Sequence[str], timeout: float | None = None, stop_at: str | None = None) -> str:
         args = list(argv)
         self.calls.append(args)
         self.timeouts.append(timeout)
+        self.stops.append(stop_at)
         match = max((k for k in self.answers if tuple(args[: len(k)]) == k), key=len, default=None)
         answer: Answer = self.answers[match] if match is not None else SlurmCommandError(
             args, 1, f"fake: no answer for {args}")

@@ -1,7 +1,7 @@
 -- Runs job_submit.lua's real slurm_job_submit hook outside slurmctld, for the option-grammar tests.
 --   lua5.1 lua_harness.lua <path of job_submit.lua>   < cases
 -- Each input line is one submission of a 1-GPU batch job to partition gpu: tab-separated fields, the first
--- the comment ("\1" for none), the others spank_job_env entries. Each output line is "ok <AdminComment>"
+-- the comment ("\1" for none), the others spank_job_env entries (one "@array=SPEC" sets --array instead). Each output line is "ok <AdminComment>"
 -- or "err <message the user would see>". The stub `slurm` table holds only what the script uses.
 local script = arg[1]
 local user_messages = {}
@@ -22,18 +22,24 @@ end
 
 for line in io.lines() do
   local f = split(line)
-  local env = nil
+  local env, array_inx = nil, nil
+  if #f > 1 and f[2]:sub(1, 7) == "@array=" then
+    array_inx = f[2]:sub(8)
+    table.remove(f, 2)
+  end
   if #f > 1 then
     env = {}
     for i = 2, #f do env[i - 2] = f[i] end   -- slurmctld's table is indexed from 0
   end
   local job = { comment = (f[1] ~= "\1") and f[1] or nil, spank_job_env = env, partition = "gpu",
                 tres_per_node = "gres:gpu:1", script = "#!/bin/sh\n", requeue = slurm.NO_VAL,
-                het_job_offset = slurm.NO_VAL, priority = slurm.NO_VAL }
+                het_job_offset = slurm.NO_VAL, priority = slurm.NO_VAL, array_inx = array_inx }
   user_messages = {}
   local rc = slurm_job_submit(job, { gpu = { flag_default = 1 } }, 1000)
   if rc == slurm.SUCCESS then
-    io.write("ok ", tostring(job.admin_comment), "\n")
+    local hold = ""
+    if os.getenv("HARNESS_SHOW_HOLD") then hold = job.priority == 0 and " [held]" or " [not held]" end
+    io.write("ok ", tostring(job.admin_comment), hold, "\n")
   else
     io.write("err ", table.concat(user_messages, " | "), "\n")
   end

@@ -9,8 +9,11 @@
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -70,12 +73,13 @@ def test_plugin_check(check_tool: Path, key: str, value: str, verdict: str | int
         assert out == (f"ok {verdict}" if key == "est" else "ok")
 
 
-def _run_lua(lua: str, lines: list[str]) -> list[str]:
+def _run_lua(lua: str, lines: list[str], script: Path = LUA_SCRIPT, env: dict[str, str] | None = None) -> list[str]:
     exe = shutil.which(lua)
     if exe is None:
         pytest.skip(f"{lua} not installed (apt-get install {lua}; tests/run.sh does it)")
-    res = subprocess.run([exe, str(HARNESS), str(LUA_SCRIPT)], input="\n".join(lines) + "\n",
-                         capture_output=True, text=True, timeout=60, check=False)
+    res = subprocess.run([exe, str(HARNESS), str(script)], input="\n".join(lines) + "\n",
+                         capture_output=True, text=True, timeout=60, check=False,
+                         env=None if env is None else {**os.environ, **env})
     assert res.returncode == 0, res.stderr
     out = res.stdout.splitlines()
     assert len(out) == len(lines), res.stdout + res.stderr
@@ -123,6 +127,38 @@ def test_job_submit_lua_rules(lua: str) -> None:
     assert out[5].startswith("err ") and "--themis-model and --themis-sens are mutually exclusive" in out[5]
     assert out[6].startswith("err ") and "unknown option 'colour'" in out[6]
     assert out[7] == out[8] == "ok themis:v1;app=;model=;sens=;est="
+
+
+@pytest.mark.parametrize("lua", ["lua5.1", "lua5.3"])
+@pytest.mark.parametrize(("beat_age", "after", "held"), [
+    (5, 600, True),       # themisd alive
+    (700, 600, False),    # gone for longer than the limit: fail-open, not held
+    (None, 600, False),   # no heartbeat at all
+    (None, 0, True),      # fail-open off: held whatever the heartbeat
+    (10_000, 0, True),
+])
+def test_job_submit_lua_fails_open_when_themisd_is_gone(lua: str, tmp_path: Path, beat_age: float | None,
+                                                        after: int, held: bool) -> None:
+    # issue 38 item 6: a dead themisd must not stall the managed partition forever
+    shutil.copy(LUA_SCRIPT, tmp_path / "job_submit.lua")
+    beat = tmp_path / "heartbeat"
+    conf = (LUA_SCRIPT.parent / "themis_job_submit.conf.lua").read_text()
+    conf = re.sub(r'heartbeat_file = "[^"]*"', f'heartbeat_file = "{beat}"', conf)
+    conf = re.sub(r"fail_open_after_s = \d+", f"fail_open_after_s = {after}", conf)
+    (tmp_path / "themis_job_submit.conf.lua").write_text(conf)
+    if beat_age is not None:
+        beat.write_text(f"{time.time() - beat_age:.3f} 4242 ctld1\n")
+    out = _run_lua(lua, ["\1"], script=tmp_path / "job_submit.lua", env={"HARNESS_SHOW_HOLD": "1"})
+    assert out == ["ok themis:v1;app=;model=;sens=;est=" + (" [held]" if held else " [not held]")]
+
+
+@pytest.mark.parametrize("lua", ["lua5.1", "lua5.3"])
+def test_job_submit_lua_records_an_arrays_throttle(lua: str) -> None:
+    # issue 38 item 3: slurmctld applies an owner's ArrayTaskThrottle raise before slurm_job_modify refuses
+    # it, so the throttle at submit goes into the trusted record, where themisd reads it
+    out = _run_lua(lua, ["\1\t@array=0-99%8", "\1\t@array=0-3", "\1\t@array=1,3,5%0", "\1\t@array=0-9 % 2"])
+    assert out == ["ok themis:v1;app=;model=;sens=;est=;throttle=8", "ok themis:v1;app=;model=;sens=;est=",
+                   "ok themis:v1;app=;model=;sens=;est=", "ok themis:v1;app=;model=;sens=;est=;throttle=2"]
 
 
 @pytest.mark.parametrize("version", sorted(HEADERS))

@@ -491,7 +491,11 @@ def acting(jobs: list[FakeJob] | None = None) -> tuple[PyslurmBackend, types.Mod
         return ""
 
     mod = fake_pyslurm(jobs, [], log=log)
-    runner = FakeRunner({("scontrol",): cli, ("scancel",): cli})
+    def squeue(args: list[str]) -> str:  # the state check before a CLI hold
+        log.append(("cli", *args))
+        return "PENDING\n"
+
+    runner = FakeRunner({("scontrol",): cli, ("scancel",): cli, ("squeue",): squeue})
     return PyslurmBackend(runner, AdapterConfig(), module=mod), mod, log
 
 
@@ -588,9 +592,25 @@ def test_requeue_refuses_a_job_that_cannot_be_requeued() -> None:
 
 
 def test_hold_first_then_clear_pin() -> None:
-    b, _, log = acting()
+    b, _, log = acting([FakeJob(42, state="PENDING")])
     b.hold(JOB)
-    assert log == [("pyslurm", "hold", 42), CLEAR]
+    assert log == [("pyslurm", "Job.load", 42), ("pyslurm", "hold", 42), CLEAR]
+
+
+def test_hold_is_never_sent_to_a_job_that_runs_now() -> None:
+    # issue 38 item 2: Slurm applies a hold to a running job (R with JobHeldAdmin, priority 0)
+    b, _, log = acting([FakeJob(42, state="RUNNING")])
+    with pytest.raises(ActionRefused, match="RUNNING in Slurm now, not PENDING"):
+        b.hold(JOB)
+    assert log == [("pyslurm", "Job.load", 42)]
+
+
+def test_warn_of_a_split_off_array_task_goes_by_its_own_job_id() -> None:
+    # issue 38 item 1: the task's own record, through pyslurm: no "A_T" and no scancel retry loop
+    b, _, log = acting([FakeJob(57, state="RUNNING")])
+    task = replace(RUNNING, job_id="40_3", slurm_id=57, array_job_id=40, array_task_id=3)
+    b.warn(task)
+    assert log == [("pyslurm", "Job.load", 57), ("pyslurm", "send_signal", 57, "SIGUSR1", "batch")]
 
 
 def test_release_unpinned_clears_pin_then_releases() -> None:
@@ -611,7 +631,7 @@ def test_array_tasks_go_through_the_cli_by_user_visible_id() -> None:
     b.release_unpinned(task)
     assert all(entry[0] == "cli" for entry in log)
     assert log[0][3] == "JobId=40_3" and ("cli", "scontrol", "release", "40_3") in log
-    assert ("cli", "scancel", "--batch", "--signal=USR1", "--state=RUNNING", "40_3") in log
+    assert ("cli", "scancel", "-v", "--batch", "--signal=USR1", "--state=RUNNING", "40_3") in log
 
 
 # ----------------------------------------------------------------------------------- make_backend

@@ -169,6 +169,23 @@ def test_app_keys(tmp_path: Path) -> None:
     assert jobs_["30"].est_s == 3600.0 and jobs_["32"].est_s is None  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize(("spec", "record", "counted"), [
+    ("0-5%6", "throttle=1", 1),  # the owner raised it (Slurm applied it before job_submit.lua refused)
+    ("0-5", "throttle=1", 1),    # ... or removed it
+    ("0-5%1", "throttle=4", 1),  # lowered: Slurm enforces its own, and so does Themis
+    ("0-5%3", "", 3),            # no record of one (older job_submit.lua): Slurm's
+    ("0-5", "throttle=x", None),  # a bad record field: a warning, and Slurm's (none)
+])
+def test_an_arrays_throttle_is_never_above_the_recorded_one(tmp_path: Path, spec: str, record: str,
+                                                              counted: int | None) -> None:
+    rec = "themis:v1;app=;model=;sens=;est=" + (f";{record}" if record else "")
+    record_ = job(70, array_job_id=70, array_task_string=spec, record=rec)
+    record_["array_max_tasks"] = int(spec.partition("%")[2] or 0)  # squeue --json's copy of the throttle
+    s = snap(tmp_path, [record_])
+    assert {j.array_max_tasks for j in s.managed} == {counted}
+    assert any("throttle='x'" in w for w in s.warnings) == (record == "throttle=x")
+
+
 def test_finished_jobs_are_ignored(tmp_path: Path) -> None:
     s = snap(tmp_path, [job(60, state="COMPLETED"), job(61, state="CANCELLED"), job(62, state="COMPLETING",
                                                                                      nodes="node1")])

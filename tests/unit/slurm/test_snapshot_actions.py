@@ -10,7 +10,7 @@ import pytest
 from tests.unit.slurm.fake_slurm import FakeRunner
 from themis_slurm.slurm.actions import REQUEUE_SETTLE_S, ActionRefused, Actions, requeue_settle_s
 from themis_slurm.slurm.model import ManagedJob
-from themis_slurm.slurm.runner import SlurmCommandError, SubprocessRunner, command_name
+from themis_slurm.slurm.runner import SlurmCommandError, StoppedAt, SubprocessRunner, command_name
 
 JOB = ManagedJob(
     job_id="42", slurm_id=42, app_key="alice/job-42", user="alice", state="PENDING", held=True, gpus=4,
@@ -18,7 +18,7 @@ JOB = ManagedJob(
     progress=None, progress_error=None, requeue_ok=True, restart_cnt=0, submit_time=0.0, start_time=None,
     required_nodes=(), priority=0,
 )
-OK = {("scontrol",): "", ("scancel",): ""}
+OK = {("scontrol",): "", ("scancel",): "", ("squeue",): "PENDING\n"}
 
 
 def actions(answers: dict | None = None) -> tuple[Actions, FakeRunner]:
@@ -137,7 +137,60 @@ def test_never_preempt_a_job_that_cannot_be_requeued(action: str) -> None:
 def test_hold_first_then_clear_pin() -> None:
     a, r = actions()
     a.hold(JOB)
-    assert r.calls == [["scontrol", "hold", "42"], ["scontrol", "update", "JobId=42", "ReqNodeList="]]
+    assert r.calls == [["squeue", "-h", "-j", "42", "-o", "%T"], ["scontrol", "hold", "42"],
+                       ["scontrol", "update", "JobId=42", "ReqNodeList="]]
+
+
+@pytest.mark.parametrize("state", ["RUNNING", "COMPLETING", ""])
+def test_hold_is_never_sent_to_a_job_slurm_no_longer_shows_pending(state: str) -> None:
+    # issue 38 item 2: `scontrol hold` on a running job succeeds in Slurm (R with JobHeldAdmin)
+    a, r = actions({**OK, ("squeue",): f"{state}\n"})
+    with pytest.raises(ActionRefused, match="not PENDING: not held"):
+        a.hold(JOB)
+    assert [c[0] for c in r.calls] == ["squeue"]
+
+
+TASK = replace(RUNNING, job_id="40_3", slurm_id=57, array_job_id=40, array_task_id=3)
+
+
+def test_warn_of_an_array_task_stops_at_scancels_retry_and_counts_as_sent() -> None:
+    # issue 38 item 1: with tasks still pending, slurmctld delivers the signal to A_T, then answers "try
+    # again later", and scancel re-sends it for ~95 s: stopped at its first retry, the warning is sent
+    def retrying(args: list[str]) -> StoppedAt:
+        return StoppedAt(args, "scancel: Job is in transitional state, retrying")
+
+    a, r = actions({**OK, ("scancel",): retrying})
+    a.warn(TASK)
+    assert r.calls == [["scancel", "-v", "--batch", "--signal=USR1", "--state=RUNNING", "40_3"]]
+    assert r.stops == ["transitional state, retrying"]
+
+
+def test_warn_of_an_array_task_still_reports_real_failures() -> None:
+    err = SlurmCommandError(["scancel"], 1, "scancel: error: Kill job error on job id 40_3: Access denied")
+    a, _ = actions({**OK, ("scancel",): err})
+    with pytest.raises(SlurmCommandError, match="Access denied"):
+        a.warn(TASK)
+    a, r = actions()
+    a.warn(replace(TASK, job_id="40_9", slurm_id=40, array_task_id=9))  # the last task: no retry, returns
+    assert r.calls[0][-1] == "40_9"
+
+
+def test_runner_stops_a_command_at_a_line_of_its_stderr(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    script = tmp_path / "retrying"
+    script.write_text("#!/bin/sh\necho 'x: Job is in transitional state, retrying' >&2\nsleep 30\n")
+    script.chmod(0o755)
+    runner = SubprocessRunner(timeout_s=20)
+    import time
+
+    t0 = time.monotonic()
+    with pytest.raises(StoppedAt, match="transitional state, retrying"):
+        runner.run([str(script)], stop_at="transitional state, retrying")
+    assert time.monotonic() - t0 < 5
+    assert runner.run(["sh", "-c", "echo out; echo err >&2"], stop_at="nothing like it") == "out\n"
+    with pytest.raises(SlurmCommandError, match="exit 3"):
+        runner.run(["sh", "-c", "echo bad >&2; exit 3"], stop_at="x y z")
+    with pytest.raises(SlurmCommandError, match="no answer within 1 s"):
+        runner.run(["sleep", "5"], timeout=1, stop_at="x y z")
 
 
 def test_release_unpinned() -> None:
