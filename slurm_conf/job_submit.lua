@@ -428,11 +428,16 @@ local function job_options(job_desc)
 end
 
 -- The trusted record stored in AdminComment. Keep it short and stable: the daemon parses it.
-local function record(opts, throttle)
+local function record(opts, throttle, nodes)
   opts = opts or {}
   local out = string.format("%s;app=%s;model=%s;sens=%s;est=%s", RECORD_PREFIX, opts.app or "",
                             opts.model or "", opts.sens or "", opts.est and string.format("%d", opts.est) or "")
   if throttle then out = out .. ";throttle=" .. throttle end
+  -- the owner's -w list: Themis's pin replaces ReqNodeList, so the list it must choose within is kept here
+  -- (a hostlist has no ';' or '='; anything else is not recorded and Slurm's own check stays)
+  if nodes ~= nil and nodes ~= "" and not tostring(nodes):find("[;=%s]") then
+    out = out .. ";nodes=" .. tostring(nodes)
+  end
   return out
 end
 
@@ -488,6 +493,54 @@ local function is_set_num(v, none)
   return v ~= nil and v ~= none
 end
 
+-- Hold by the owner. Slurm cannot tell the owner's hold from Themis's (both are priority 0, JobHeldUser),
+-- so job_submit.lua records it as the option  hold=user  in the Comment's themis: options, where themisd
+-- reads it (the job is then ineligible for grants), and the owner's `scontrol release` removes it again.
+-- The job itself stays held by Themis throughout. The owner can also write or remove the option directly.
+local USER_HOLD_OPTION = "hold=user"
+
+local function comment_has_user_hold(comment)
+  if comment == nil then return false end
+  local s = trim(comment)
+  if s:sub(1, #COMMENT_PREFIX):lower() ~= COMMENT_PREFIX then return false end
+  local options = s:sub(#COMMENT_PREFIX + 1):match("^([^;]*)")
+  for item in options:gmatch("[^,]+") do
+    local k, v = item:match("^%s*([^=]-)%s*=%s*(.-)%s*$")
+    if k and k:lower() == "hold" and v:lower() == "user" then return true end
+  end
+  return false
+end
+
+local function comment_with_user_hold(comment)
+  local s = trim(comment or "")
+  if comment_has_user_hold(s) then return s end
+  if s:sub(1, #COMMENT_PREFIX):lower() == COMMENT_PREFIX then
+    local body = s:sub(#COMMENT_PREFIX + 1)
+    local options, rest = body:match("^([^;]*)(.*)$")
+    if trim(options) == "" then return COMMENT_PREFIX .. USER_HOLD_OPTION .. rest end
+    return COMMENT_PREFIX .. options .. "," .. USER_HOLD_OPTION .. rest
+  end
+  if s == "" then return COMMENT_PREFIX .. USER_HOLD_OPTION end
+  return COMMENT_PREFIX .. USER_HOLD_OPTION .. ";" .. s
+end
+
+local function comment_without_user_hold(comment)
+  local s = trim(comment or "")
+  local body = s:sub(#COMMENT_PREFIX + 1)
+  local options, rest = body:match("^([^;]*)(.*)$")
+  local kept = {}
+  for item in options:gmatch("[^,]+") do
+    local k, v = item:match("^%s*([^=]-)%s*=%s*(.-)%s*$")
+    if not (k and k:lower() == "hold" and v:lower() == "user") then kept[#kept + 1] = trim(item) end
+  end
+  if #kept == 0 then
+    local free = rest:sub(2)                      -- drop the ';'
+    if free == "" and rest == "" then return "" end
+    return free
+  end
+  return COMMENT_PREFIX .. table.concat(kept, ",") .. rest
+end
+
 -- ----------------------------------------------------------------------------------------------- hooks
 function slurm_job_submit(job_desc, part_list, submit_uid)
   local cfg = config()
@@ -511,6 +564,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     return slurm.ERROR
   end
   local where = table.concat(parts, ",")
+  local user_hold = job_desc.priority == 0   -- sbatch --hold, before this script holds the job itself
 
   if cfg.mode == "enforce" then
     -- First, before the batch check: slurmctld runs this hook once per component and only component 0
@@ -540,7 +594,12 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
       job_desc.priority = 0          -- held (Reason JobHeldUser) until themisd pins and releases it
     end
   end
-  job_desc.admin_comment = record(opts, array_throttle(job_desc.array_inx))
+  if cfg.mode == "enforce" and user_hold then
+    -- `sbatch --hold`: the owner's hold, recorded as hold=user like a later `scontrol hold` (Themis's own
+    -- hold hides it otherwise, and themisd would start the job)
+    job_desc.comment = comment_with_user_hold(job_desc.comment)
+  end
+  job_desc.admin_comment = record(opts, array_throttle(job_desc.array_inx), job_desc.req_nodes)
   local what = "observed"
   if cfg.mode == "enforce" then what = job_desc.priority == 0 and "held" or "recorded, not held," end
   slurm.log_info("themis: %s job of uid %d in %s: %s", what, submit_uid, where, job_desc.admin_comment)
@@ -594,54 +653,6 @@ local UPDATE_FIELDS = {
 -- Everything else is refused, naming the field.
 local MODIFY_CAN_TALK = slurm.STEPMGR_ENABLED ~= nil
 local OWNER_MAY_SET = { comment = true, name = true, mail_type = true, mail_user = true, time_limit = true }
-
--- Hold by the owner. Slurm cannot tell the owner's hold from Themis's (both are priority 0, JobHeldUser),
--- so job_submit.lua records it as the option  hold=user  in the Comment's themis: options, where themisd
--- reads it (the job is then ineligible for grants), and the owner's `scontrol release` removes it again.
--- The job itself stays held by Themis throughout. The owner can also write or remove the option directly.
-local USER_HOLD_OPTION = "hold=user"
-
-local function comment_has_user_hold(comment)
-  if comment == nil then return false end
-  local s = trim(comment)
-  if s:sub(1, #COMMENT_PREFIX):lower() ~= COMMENT_PREFIX then return false end
-  local options = s:sub(#COMMENT_PREFIX + 1):match("^([^;]*)")
-  for item in options:gmatch("[^,]+") do
-    local k, v = item:match("^%s*([^=]-)%s*=%s*(.-)%s*$")
-    if k and k:lower() == "hold" and v:lower() == "user" then return true end
-  end
-  return false
-end
-
-local function comment_with_user_hold(comment)
-  local s = trim(comment or "")
-  if comment_has_user_hold(s) then return s end
-  if s:sub(1, #COMMENT_PREFIX):lower() == COMMENT_PREFIX then
-    local body = s:sub(#COMMENT_PREFIX + 1)
-    local options, rest = body:match("^([^;]*)(.*)$")
-    if trim(options) == "" then return COMMENT_PREFIX .. USER_HOLD_OPTION .. rest end
-    return COMMENT_PREFIX .. options .. "," .. USER_HOLD_OPTION .. rest
-  end
-  if s == "" then return COMMENT_PREFIX .. USER_HOLD_OPTION end
-  return COMMENT_PREFIX .. USER_HOLD_OPTION .. ";" .. s
-end
-
-local function comment_without_user_hold(comment)
-  local s = trim(comment or "")
-  local body = s:sub(#COMMENT_PREFIX + 1)
-  local options, rest = body:match("^([^;]*)(.*)$")
-  local kept = {}
-  for item in options:gmatch("[^,]+") do
-    local k, v = item:match("^%s*([^=]-)%s*=%s*(.-)%s*$")
-    if not (k and k:lower() == "hold" and v:lower() == "user") then kept[#kept + 1] = trim(item) end
-  end
-  if #kept == 0 then
-    local free = rest:sub(2)                      -- drop the ';'
-    if free == "" and rest == "" then return "" end
-    return free
-  end
-  return COMMENT_PREFIX .. table.concat(kept, ",") .. rest
-end
 
 local UNSET_NUMBERS = { [NO_VAL] = true, [NO_VAL16] = true, [NO_VAL8] = true, [NO_VAL64] = true }
 

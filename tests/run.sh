@@ -30,6 +30,8 @@ fi
 "$venv/bin/ruff" check .
 
 read -r -a versions <<<"${THEMIS_SLURM_VERSIONS:-22.05 25.11}"
+# Two GPU generations, as most sites have: node1-2 a100, node3-4 h100 (typed jobs must land on their type)
+types=${THEMIS_CLUSTER_TYPES:-a100,a100,h100,h100}
 started_cluster=0 pids=() stop_others=()
 cleanup() {  # stop only the clusters this run started (and a second pass still running after an error)
   for pid in "${pids[@]}"; do kill -- "$pid" 2>/dev/null || true; done
@@ -44,7 +46,7 @@ trap cleanup EXIT
 if [ "${THEMIS_SKIP_SLURM:-0}" != 1 ] && [ -x slurm_conf/cluster.sh ]; then
   if ! slurm_conf/cluster.sh status >/dev/null 2>&1; then
     # a stopped cluster of another version or shape is scratch: replace it
-    slurm_conf/cluster.sh up --slurm "${versions[0]}" --force
+    slurm_conf/cluster.sh up --slurm "${versions[0]}" --types "$types" --force
     started_cluster=1
   fi
 fi
@@ -78,7 +80,7 @@ for v in "${later[@]}"; do
     stop_others+=("$other:$port")
     # up before any test runs, so that its installs never overlap the first pass; where it cannot come up,
     # its tests say why (they skip where no 25.11 is at hand, else fail)
-    THEMIS_CLUSTER_DIR=$other THEMIS_CLUSTER_PORT=$port slurm_conf/cluster.sh up --slurm "$v" --force \
+    THEMIS_CLUSTER_DIR=$other THEMIS_CLUSTER_PORT=$port slurm_conf/cluster.sh up --slurm "$v" --types "$types" --force \
       >"$log" 2>&1 || echo "tests/run.sh: the Slurm $v cluster did not come up (its pass says why)" >&2
   fi
   (

@@ -78,6 +78,7 @@ class Cluster:
     gpus: int
     racks: int
     slurm: str = "22.05"  # the Slurm version of the cluster
+    types: tuple[str, ...] = ("a100",)  # GPU types, cycled over the nodes (cluster.sh up --types)
     submitted: list[int] = field(default_factory=list)
 
     @property
@@ -109,6 +110,10 @@ class Cluster:
             raise SlurmCommandError(f"{' '.join(args)} (user {user or 'root'}) exited {res.returncode}: "
                                     f"{res.stderr.strip() or res.stdout.strip()}")
         return res.stdout
+
+    def type_of(self, node: str) -> str:
+        """The GPU type of `node` (nodeN: the types cycled over the nodes, as cluster.sh writes them)."""
+        return self.types[(int(node.removeprefix("node")) - 1) % len(self.types)]
 
     def sbatch_result(self, *options: str, user: str | None = ALICE, script: str | None = None,
                       wrap: str | None = "sleep 300") -> subprocess.CompletedProcess[str]:
@@ -266,7 +271,8 @@ def cluster_session() -> Cluster:
     os.environ["SLURM_CONF"] = conf
     info = _read_shape(cluster_dir)
     return Cluster(dir=cluster_dir, env=env, nodes=int(info["nodes"]), gpus=int(info["gpus"]),
-                   racks=int(info["racks"]), slurm=info.get("slurm", "22.05"))
+                   racks=int(info["racks"]), slurm=info.get("slurm", "22.05"),
+                   types=tuple(info.get("types", "a100").split(",")))
 
 
 @pytest.fixture

@@ -50,7 +50,7 @@ def test_shape_matches_config(cluster: Cluster) -> None:
     names = sorted({n["name"] for n in nodes})
     assert names == [f"node{i}" for i in range(1, cluster.nodes + 1)]
     for node in nodes:
-        assert node["gres"].startswith(f"gpu:a100:{cluster.gpus}(")
+        assert node["gres"].startswith(f"gpu:{cluster.type_of(node['name'])}:{cluster.gpus}(")
         assert node["cpus"] in (16, {"set": True, "infinite": False, "number": 16})
         assert {"gpu", "debug"} <= set(node["partitions"])
     topology = cluster.check(["scontrol", "show", "topology"])
@@ -122,7 +122,7 @@ def test_pin_then_release_runs_on_exactly_that_node(cluster: Cluster) -> None:
     job = cluster.wait_job(job_id, "RUNNING")
     assert job["nodes"] == "node2"
     assert job["required_nodes"] == "node2"
-    assert len(job["gres_detail"]) == 1 and job["gres_detail"][0].startswith("gpu:a100:2(IDX:")
+    assert len(job["gres_detail"]) == 1 and job["gres_detail"][0].startswith(f"gpu:{cluster.type_of('node2')}:2(IDX:")
     out = cluster.wait_file(cluster.jobs_dir / f"{job_id}.out", contains="CUDA=")
     assert len(out.split("CUDA=")[1].split()[0].split(",")) == 2
 

@@ -44,6 +44,7 @@ from themisd_guard import running_themisd  # tests/slurm is on sys.path under py
 
 from themis_slurm import reasons
 from themis_slurm.daemon.store import Store
+from themis_slurm.slurm import hostlist
 from themis_slurm.slurm.backend import CliBackend
 from themis_slurm.slurm.model import Snapshot
 
@@ -814,6 +815,66 @@ def test_only_jobs_that_can_start_get_gpus(cluster: Cluster, themisd: Themisd) -
     cluster.wait_job(mine, "RUNNING", timeout=LEASE_S + 30)
     assert "Traceback" not in themisd.log.read_text()
 
+
+
+def test_grants_respect_the_owners_node_lists_hold_and_size(cluster: Cluster, themisd: Themisd) -> None:
+    """Issue 37 on one GPU type: -x, -w, `sbatch --hold` and a job larger than the cluster.
+
+    Before: `-x node1` was granted node1 (and never ran while 11 GPUs were free), `-w node4` ran on node1,
+    `--hold` jobs were released 8 s after submit, and a 64-GPU job was ranked first by rho forever.
+    """
+    excluded = submit(cluster, ALICE, "gpu:1", "themis:app=x", 8, "-x", "node1")
+    only4 = submit(cluster, ALICE, "gpu:1", "themis:app=w", 8, "-w", "node4")
+    held = submit(cluster, BOB, "gpu:1", "themis:app=h", 8, "--hold")
+    huge = submit(cluster, BOB, "gpu:64", "themis:app=huge", 8)
+    assert "nodes=node4" in cluster.job(only4)["admin_comment"]
+    assert "hold=user" in cluster.job(held)["comment"]
+    themisd.start()
+    for jid in (excluded, only4):
+        cluster.wait_job(jid, "RUNNING", timeout=40)
+    assert cluster.job(excluded)["nodes"] != "node1" and cluster.job(only4)["nodes"] == "node4"
+    time.sleep(5)  # rounds with free GPUs: the held and the impossible job get none
+    for jid in (held, huge):
+        assert cluster.job(jid)["job_state"] == "PENDING", jid
+    with themisd.db() as db:
+        granted = {r[0] for r in db.execute("SELECT job_id FROM decisions WHERE action = 'grant'")}
+        timeouts = db.execute("SELECT COUNT(*) FROM events WHERE kind = 'release-timeout'").fetchone()[0]
+    assert not granted & {str(held), str(huge)} and timeouts == 0, granted
+    cli = [sys.executable, "-m", "themis_slurm.cli.main"]
+    out = subprocess.run([*cli, "explain", str(huge), "-c", str(themisd.config)], env=themisd.env, text=True,
+                         capture_output=True, timeout=60)
+    assert "can never run here: it asks for 64 GPUs and there are 16" in out.stdout, out.stdout + out.stderr
+    assert f"job {huge} (themis-bob): can never run here" in themisd.log.read_text()
+    cluster.check(["scontrol", "release", str(held)], user=BOB)  # the owner's release: Themis starts it
+    cluster.wait_job(held, "RUNNING", timeout=LEASE_S + 30)
+    assert "Traceback" not in themisd.log.read_text()
+
+
+def test_typed_jobs_start_on_their_first_grant(cluster: Cluster, themisd: Themisd) -> None:
+    """Issue 37 on a cluster of two GPU types: typed jobs are granted only nodes of their type.
+
+    Before: on an empty a100,a100,h100,h100 cluster, 4 `gpu:h100:2` and 2 `gpu:a100:4` jobs were pinned across
+    types; Slurm refused, themisd retried for 30 s and held them while the 8 GPUs they fit sat idle.
+    """
+    if len(set(cluster.types)) < 2:
+        pytest.skip(f"this cluster has one GPU type ({cluster.types[0]}); tests/run.sh starts it with "
+                    "`cluster.sh up --types a100,a100,h100,h100`")
+    kinds = sorted(set(cluster.types))
+    a, b = kinds[0], kinds[1]
+    jobs = {submit(cluster, ALICE, f"gpu:{b}:2", "themis:app=tb", 10): b for _ in range(4)}
+    jobs |= {submit(cluster, BOB, f"gpu:{a}:4", "themis:app=ta", 10): a for _ in range(2)}
+    untyped = submit(cluster, BOB, "gpu:1", "themis:app=any", 10)
+    themisd.start()
+    for jid in [*jobs, untyped]:
+        cluster.wait_job(jid, {"RUNNING", "COMPLETING", "COMPLETED"}, timeout=40)
+    for jid, kind in jobs.items():
+        nodes = cluster.job(jid)["nodes"]
+        assert all(cluster.type_of(n) == kind for n in hostlist.expand(nodes)), (jid, nodes)
+    with themisd.db() as db:
+        timeouts = db.execute("SELECT COUNT(*) FROM events WHERE kind = 'release-timeout'").fetchone()[0]
+        starts = db.execute("SELECT job_id, COUNT(*) FROM decisions WHERE action = 'grant' GROUP BY job_id").fetchall()
+    assert timeouts == 0 and all(n == 1 for _, n in starts), starts  # each started on its first grant
+    assert "Traceback" not in themisd.log.read_text()
 
 FAIL_OPEN_S = 15
 

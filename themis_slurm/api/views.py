@@ -165,6 +165,9 @@ def merged_jobs(ctx: Context) -> list[Doc]:
             "adopted": bool(r.get("adopted")) if r else False,
             "ineligible": blocked.get(jid) if (r is None or r["intent"] == "waiting") else None,
             "placement": _placement(ctx, m) if running and m else None,
+            # where Slurm could start it (partition, GPU type, -w, -x): what a waiting job waits for
+            "allowed_nodes": sorted(m.allowed_nodes) if m is not None and m.allowed_nodes is not None else None,
+            "limits": m.limits if m is not None else "",
         })
     return out
 
@@ -457,7 +460,11 @@ def _summary(job: Doc, app: Doc | None, rounds: list[Doc], now: float) -> str:
         return (f"waiting: no round has considered it yet (a round runs when GPUs are free while jobs wait, "
                 f"or a lease expires); {standing}")
     reason = last_app["app"]["reason"]
-    return f"waiting: in round {last_app['round']} at {_hm(last_app['time'])} its app {reason}; {standing}"
+    text = f"waiting: in round {last_app['round']} at {_hm(last_app['time'])} its app {reason}"
+    if job.get("limits"):
+        text += (f"; it can only use GPUs on {','.join(job['allowed_nodes'] or []) or 'no node'} "
+                 f"({job['limits']}), so it waits for GPUs there")
+    return f"{text}; {standing}"
 
 
 def _past_job(ctx: Context, job_id: str) -> Doc | None:

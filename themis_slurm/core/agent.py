@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 
@@ -25,6 +25,9 @@ from themis_slurm.core.topology import Level
 from themis_slurm.core.workload import App, Job
 
 _ORDER = attrgetter("order")  # JobFacts.order: the bidding order after lease holders
+
+#: A pool's search, :meth:`Pool.place` or :meth:`Pool.place_among`: (gpus, gpus_per_node, nodes, the nodes to use)
+Search = Callable[..., tuple[frozenset[int], Level] | None]
 
 
 @quick_init
@@ -97,6 +100,7 @@ class Agent:
         # finish time is its last job's, so the critical path starts first), then by submit time
         cache = model.job_facts
         assert cache is not None
+        self._facts = cache  # each job's allowed nodes in topology order (_search)
         # The jobs other than lease holders are ordered and grouped once while they stay the same (kept in
         # the cache: the simulator's waiting jobs are the same objects round after round); lease holders,
         # which change at every expiry, go in front (see _order).
@@ -174,27 +178,47 @@ class Agent:
     def gain_of(self, extra_throughput: float) -> float:
         return math.log(self.rho_base) - math.log(self.rho_of(extra_throughput))
 
+    def _search(self, job: Job, pool: Pool, within: Iterable[str] | None) -> tuple[Search, Sequence[str] | None]:
+        """How and where to look for GPUs for `job` (a new start, not its home): the pool's search and the
+        nodes it may use (None: any). A job Slurm can start on some nodes only (:attr:`Job.allowed_nodes`)
+        searches them, cut to `within` when a caller restricts the search too (placement alternatives),
+        with :meth:`Pool.place_among`; any other job searches as it always has, `within` or anywhere.
+        Callers ask only for a job with a set (a job without one, most jobs, costs them no call)."""
+        allowed = job.allowed_nodes
+        if allowed is not None:
+            among = self._facts.get(job).allowed
+            if among is not None:
+                return pool.place_among, among if within is None else [n for n in within if n in allowed]
+        return pool.place, list(within) if within is not None else None
+
     def place(self, job: Job, pool: Pool, within: Iterable[str] | None = None) -> Gang | None:
-        """The best gang for `job` in `pool` (not taken), or None when it does not fit."""
+        """The best gang for `job` in `pool` (not taken), or None when it does not fit.
+
+        A lease holder's home comes first whatever its allowed nodes: it runs there, so Slurm has started
+        it there (renewing in place starts nothing). Any other gang lies on the job's allowed nodes."""
         profile = self._profiles.get(job.id) or get_profile(job.profile)
         home = self.homes.get(job.id) if self.homes else None
         if home is not None and pool.has(home):
             level = pool.topo.level_of(home)
             return Gang(job.id, home, level, throughput(len(home), level, profile))
-        within = list(within) if within is not None else None
-        found = pool.place(job.gpus, job.gpus_per_node, job.nodes, within)
+        if job.allowed_nodes is None:  # _search's answer for a job without a set, without the call
+            search, where = pool.place, list(within) if within is not None else None
+        else:
+            search, where = self._search(job, pool, within)
+        found = search(job.gpus, job.gpus_per_node, job.nodes, where)
         best: Gang | None = None
         if found is not None:
             gpus, level = found
             best = Gang(job.id, gpus, level, len(gpus) * profile.factors[level] * self.start_keep)
         if job.elastic and (best is None or best.level > Level.NODE):
             # a smaller, tighter allocation may beat a wide one for a placement-sensitive job
-            nodes = within if within is not None else pool.topo.nodes
+            nodes = where if where is not None else pool.topo.nodes
             widest = max((pool.node_free(n) for n in nodes), default=0)
             for n in range(min(job.gpus, widest), 0, -1):
-                g2 = pool.find(n, within=within)
-                if g2 is None:
+                found = search(n, None, None, where)
+                if found is None:
                     continue
+                g2 = found[0]
                 lvl = pool.topo.level_of(g2)
                 cand = Gang(job.id, g2, lvl, throughput(n, lvl, profile) * self.start_keep)
                 if best is None or cand.throughput > best.throughput:
@@ -203,7 +227,8 @@ class Agent:
         return best
 
     def kind(self, job: Job) -> tuple:
-        """Jobs of one kind are interchangeable for bidding: same shape and profile, not a lease holder."""
+        """Jobs of one kind are interchangeable for bidding: same shape, profile and allowed nodes
+        (:attr:`Job.kind`), not a lease holder."""
         if job.id in self.homes:
             return ("home", job.id)
         return job.kind
@@ -215,15 +240,18 @@ class Agent:
             return []
         out = [best]
         if elastic_small and job.elastic and len(best.gpus) > 1:
-            one = pool.find(1)
-            if one is not None:
+            search, where = (pool.place, None) if job.allowed_nodes is None else self._search(job, pool, None)
+            found = search(1, None, None, where)
+            if found is not None:
+                one = found[0]
                 lvl = pool.topo.level_of(one)
                 out.append(Gang(job.id, one, lvl, throughput(1, lvl, get_profile(job.profile)) * self.start_keep))
         return out
 
     def offers(self, job: Job, pool: Pool, elastic_small: bool = True) -> list[tuple[frozenset[int], Level, float]]:
         """:meth:`options` as (gpus, level, throughput) triples, what the greedy fill compares (it makes a
-        Gang only of the offer it hands out). Same numbers: a plain job's offer is the pool's best fit."""
+        Gang only of the offer it hands out). Same numbers: a plain job's offer is the pool's best fit (a
+        job restricted to some nodes is never plain: the best fit may lie elsewhere)."""
         factors = self._plain.get(job.id)
         if factors is None:
             return [(g.gpus, g.level, g.throughput) for g in self.options(job, pool, elastic_small)]
@@ -288,7 +316,8 @@ Derived = tuple[tuple[Job, ...], tuple[tuple[Job, ...], ...], dict[str, tuple[fl
 def _order(jobs: list[Job], cache: JobFactsCache) -> Derived:
     """Jobs that hold no lease: sorted into bidding order (longest remaining run first, then submit time,
     then id) and grouped by kind, kinds in bidding order (interchangeable jobs are placed once). Plain jobs
-    (no shape, not elastic) are placed by the pool's plain best fit."""
+    (no shape, not elastic, allowed on any node) are placed by the pool's plain best fit, which the greedy
+    fill calls directly (core/auction.py): a job restricted to some nodes must go through :meth:`Agent.place`."""
     facts = list(map(cache.get, jobs))  # JobFacts keep their job: sort them, not the jobs (one lookup each)
     facts.sort(key=_ORDER)
     groups: dict[tuple, list[Job]] = {}
@@ -303,7 +332,7 @@ def _order(jobs: list[Job], cache: JobFactsCache) -> Derived:
         j = f.job
         profiles[j.id] = profile = f.profile
         groups.setdefault(f.kind, []).append(j)
-        if j.nodes is None and not j.elastic:
+        if j.nodes is None and not j.elastic and f.allowed is None:
             plain[j.id] = profile.factors
     return tuple(f.job for f in facts), tuple(tuple(g) for g in groups.values()), plain, profiles, after
 

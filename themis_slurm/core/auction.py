@@ -96,14 +96,15 @@ def greedy_fill(
     lateness less `restart_s`, so a lease holder keeps its GPUs unless another job is more urgent by more
     than the restart costs (no ping-pong between near-equal apps).
 
-    Jobs of one kind (same shape and profile) are interchangeable, so each app keeps one queue per kind
-    and only the head of each queue is placed; a kind that does not fit is dropped for the rest of the
-    fill (the pool only shrinks). Placement is lazy: an app whose next jobs are all plain (no shape, not
-    elastic, no home) is queued by an upper bound on its priority (its tightest placement factor) and
-    placed only when it reaches the top, against the pool as it is then; if the placement is worth less
-    than the bound, it goes back with its exact priority. So a gang is placed about once, not once per
-    app that took GPUs since it was queued. A kind's placement is reused while all its GPUs stay free, and
-    its priorities while the app's throughput is unchanged.
+    Jobs of one kind (same shape, profile and allowed nodes: :attr:`Job.kind`) are interchangeable, so each
+    app keeps one queue per kind and only the head of each queue is placed; a kind that does not fit is
+    dropped for the rest of the fill (the pool only shrinks; a kind restricted to busy nodes drops alone,
+    the app's other kinds go on). Placement is lazy: an app whose next jobs are all plain (no shape, not
+    elastic, no home, allowed on any node) is queued by an upper bound on its priority (its tightest
+    placement factor) and placed only when it reaches the top, against the pool as it is then; if the
+    placement is worth less than the bound, it goes back with its exact priority. So a gang is placed about
+    once, not once per app that took GPUs since it was queued. A kind's placement is reused while all its
+    GPUs stay free, and its priorities while the app's throughput is unchanged.
     """
     if by not in FILL_ORDERS:
         raise ValueError(f"by must be one of {', '.join(FILL_ORDERS)}, got {by!r}")
@@ -168,7 +169,8 @@ def greedy_fill(
             hit = cache[qi]
             if hit is None or hit[0] is not job or not has(hit[2]):
                 factors = plain.get(job.id)
-                if factors is not None:  # Agent.offers of a plain job, inlined
+                if factors is not None:  # Agent.offers of a plain job, inlined (never one restricted to
+                    # some nodes: those are not plain, their offers come from Agent.place on their nodes)
                     found = best_fit(job.gpus)
                     if found is None:
                         pos[qi] = len(q)

@@ -11,7 +11,7 @@ not depend on whether a cache is kept (tests/unit/core/test_job_facts.py checks 
 
 from __future__ import annotations
 
-from themis_slurm.core.placement import Profile, get_profile, throughput
+from themis_slurm.core.placement import Profile, allowed_nodes_on, get_profile, throughput
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import Job
 
@@ -21,6 +21,7 @@ _PRUNE_FACTOR = 4
 _PRUNE_SLACK = 1024
 #: A cache used without a job count (:data:`SHARED`) starts afresh beyond this many jobs (about 40 MB).
 _MAX_ENTRIES = 200_000
+_UNSEEN = object()  # JobFactsCache.allowed_on's miss (None is a kept "any node")
 
 
 def job_sums(job: Job, factor: float) -> tuple[float, float, float, float]:
@@ -34,9 +35,9 @@ class JobFacts:
     """What the round needs of one job; see the module docstring."""
 
     __slots__ = ("job", "remaining", "rem_per_gpu", "factor", "work_factor", "run_s", "kind", "profile",
-                 "order")  # fmt: skip
+                 "order", "allowed")  # fmt: skip
 
-    def __init__(self, job: Job, factor: float) -> None:
+    def __init__(self, job: Job, factor: float, allowed: tuple[str, ...] | None) -> None:
         self.job = job  # kept so that its id is not reused while the entry lives
         self.factor = factor  # best placement factor the hardware allows for the job's shape
         self.remaining, self.rem_per_gpu, self.work_factor, self.run_s = job_sums(job, factor)
@@ -44,6 +45,9 @@ class JobFacts:
         self.profile: Profile = get_profile(job.profile)
         #: the agent's bidding order after lease holders: longest remaining run first, then submit, then id
         self.order = (-self.rem_per_gpu, job.submit, job.id)
+        #: the nodes it may be placed on, in topology order (None: any node), what every placement of it
+        #: reads: kept here so that a fill does not filter the topology's nodes at each try
+        self.allowed = allowed
 
 
 class JobFactsCache:
@@ -57,6 +61,7 @@ class JobFactsCache:
         self._facts: dict[int, JobFacts] = {}
         self._factors: dict[tuple, float] = {}  # (gpus, gpus_per_node, nodes, profile) -> best factor
         self._throughputs: dict[tuple, float] = {}  # (profile, GPU set) -> throughput (throughput_on)
+        self._allowed: dict[frozenset[str], tuple[str, ...] | None] = {}  # allowed set -> allowed_on
         #: app id -> (the waiting jobs as passed, what the agent derived from them: see Agent.__init__)
         self.orders: dict[str, tuple[list[Job], tuple]] = {}
         #: app id -> (its jobs, its arrival, the running sums over them that FairnessModel.facts needs, how
@@ -72,11 +77,13 @@ class JobFactsCache:
             self._facts = {}
             self._factors = {}
             self._throughputs = {}
+            self._allowed = {}
             self.orders = {}
             self.sums = {}
         elif len(self._facts) > limit:
             self._facts = {}
             self._throughputs = {}
+            self._allowed = {}
             self.orders = {}
             self.sums = {}
 
@@ -117,8 +124,22 @@ class JobFactsCache:
         hit = self._facts.get(id(job))
         if hit is not None and hit.job is job:
             return hit
-        facts = self._facts[id(job)] = JobFacts(job, self.best_factor(job))
+        factor = self.best_factor(job)  # checks that a topology is in use
+        allowed = None if job.allowed_nodes is None else self.allowed_on(job.allowed_nodes)
+        facts = self._facts[id(job)] = JobFacts(job, factor, allowed)
         return facts
+
+    def allowed_on(self, allowed: frozenset[str]) -> tuple[str, ...] | None:
+        """:func:`~themis_slurm.core.placement.allowed_nodes_on` on this cache's topology, kept per set:
+        jobs of one partition or GPU type share a set, and a caller such as the daemon builds new Job
+        objects at every round. Measured on a cold round of 2,048 jobs on 2,048 GPUs (256 nodes) whose
+        jobs all listed every node: filtering the nodes job by job took it from 40 to 125 ms; kept per
+        set, it is as fast as without sets."""
+        hit = self._allowed.get(allowed, _UNSEEN)
+        if hit is _UNSEEN:
+            assert self._topology is not None, "call use(topology, n) first"
+            hit = self._allowed[allowed] = allowed_nodes_on(self._topology, allowed)
+        return hit  # type: ignore[return-value]
 
 
 #: The cache of every FairnessModel made without one (the baselines' per-call models, metrics): safe to

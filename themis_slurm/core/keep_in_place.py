@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from themis_slurm.core.agent import Gang
 from themis_slurm.core.decision import GrantSource
-from themis_slurm.core.placement import Pool, get_profile, throughput
+from themis_slurm.core.placement import Pool, allowed_nodes_on, get_profile, throughput
 from themis_slurm.core.round_state import RoundState
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import Job
@@ -35,8 +35,9 @@ def keep_holders_in_place(
     """Never restart two jobs where one renewal does.
 
     When a job X of an app lands exactly on the GPUs of a lease holder Y of the same app and the same
-    kind (shape and profile: same throughput, same rho), while Y is preempted or moved, give Y its GPUs
-    back and X whatever Y got (or nothing: X keeps waiting). The app's allocation is unchanged.
+    kind (shape and profile: same throughput, same rho; and allowed nodes: X may start wherever Y was
+    placed), while Y is preempted or moved, give Y its GPUs back and X whatever Y got (or nothing: X keeps
+    waiting). The app's allocation is unchanged.
     """
     out: dict[str, list[Gang]] = {}
     for aid, gangs in got.items():
@@ -98,17 +99,20 @@ def no_pointless_moves(
         return Gang(jid, gpus, lvl, throughput(len(gpus), lvl, get_profile(jobs[jid].profile)) * keep)
 
     def refit(occupants: Sequence[Gang], b: frozenset[int]) -> dict[str, frozenset[int]] | None:
-        """The occupants of H placed inside B, none at a worse factor (None: they do not all fit)."""
+        """The occupants of H placed inside B, none at a worse factor (None: they do not all fit). An
+        occupant moves to B like any start: on its allowed nodes (at its home, it renews: wherever that is)."""
         sub = Pool(topo, b)
         placed: dict[str, frozenset[int]] = {}
         for o in sorted(occupants, key=lambda g: (-len(g.gpus), g.job_id)):
             job, home = jobs[o.job_id], homes.get(o.job_id)
             if home is not None and len(home) == len(o.gpus) and all(g in sub for g in home):
                 gpus: frozenset[int] | None = home
-            elif job.nodes is not None and len(o.gpus) == job.gpus:
-                gpus = sub.find(job.gpus, job.gpus_per_node, job.nodes)
             else:
-                gpus = sub.find(len(o.gpus))
+                shaped = job.nodes is not None and len(o.gpus) == job.gpus
+                shape = (job.gpus, job.gpus_per_node, job.nodes) if shaped else (len(o.gpus), None, None)
+                among = allowed_nodes_on(topo, job.allowed_nodes)
+                found = sub.place(*shape) if among is None else sub.place_among(*shape, among)
+                gpus = found[0] if found is not None else None
             if gpus is None or factor(o.job_id, gpus) < factor(o.job_id, o.gpus) - 1e-12:
                 return None
             sub.take(gpus)

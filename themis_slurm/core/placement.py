@@ -13,7 +13,7 @@ large gangs. Bucketed by free count, so a placement costs O(island/node size), n
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from themis_slurm.core.topology import Level, Topology
@@ -84,6 +84,25 @@ def get_profile(name: str | None) -> Profile:
         return PROFILES[name.lower()]
     except KeyError:
         raise ValueError(f"unknown placement profile {name!r}; known: {', '.join(PROFILES)}") from None
+
+
+def allowed_nodes_on(topology: Topology, allowed: frozenset[str] | None) -> tuple[str, ...] | None:
+    """The nodes of `topology` a job restricted to `allowed` (:attr:`Job.allowed_nodes`) may be placed on,
+    in topology order; None when that restricts nothing (no set, or a set holding every node).
+
+    Topology order, not the set's: a set of names iterates in an order that changes from process to
+    process (string hashes are salted), and the searches break some ties by the order of the nodes they
+    are given, so a round would not be a pure function of its state. None for a set of every node: such a
+    job is placed exactly as one without a set (the plain, memoised best fit), so a caller that lists
+    every node for an unconstrained job neither slows the round nor changes it. Names the topology does
+    not know (nodes without GPUs) are ignored; none left is the empty tuple: nowhere.
+    """
+    if allowed is None:
+        return None
+    every = topology.node_gpus
+    if len(allowed) >= len(every) and allowed.issuperset(every):
+        return None
+    return tuple(filter(allowed.__contains__, every))
 
 
 def throughput(n_gpus: int, level: Level, profile: Profile) -> float:
@@ -312,6 +331,35 @@ class Pool:
                 got = self._find_within(gpus, list(within or ()))
             return (got, self.topo.level_of(got)) if got is not None else None
         return self.best(gpus)
+
+    def place_among(
+        self,
+        gpus: int,
+        gpus_per_node: int | None,
+        nodes: int | None,
+        among: Sequence[str],
+    ) -> tuple[frozenset[int], Level] | None:
+        """:meth:`place` on the GPUs of the nodes `among` only: the search for a job Slurm can start on those
+        nodes only (:attr:`Job.allowed_nodes`, see :func:`allowed_nodes_on`). Takes nothing.
+
+        The same as ``place(..., within=among)`` except that an unshaped gang one island of `among` holds
+        gets the best-fit such island first, as :meth:`best` does over the whole pool. `within` picks the
+        best-fit node, whose free GPUs may be split over islands while another node's island holds the
+        gang whole; a placement-sensitive job would then run slower only because it is constrained.
+        """
+        if (gpus_per_node is None or nodes is None) and 0 < gpus <= self.size:
+            isl_free, node_islands = self._isl_free, self.topo.node_islands
+            best, best_c = -1, 0
+            for node in among:
+                for i in node_islands.get(node, ()):
+                    c = len(isl_free[i])
+                    if c >= gpus and (best < 0 or c < best_c):  # fewest free, then first in `among` order
+                        best, best_c = i, c
+                if best_c == gpus:
+                    break  # an exact fit: no later island can beat it (ties go to the first)
+            if best >= 0:
+                return frozenset(sorted(isl_free[best])[:gpus]), Level.ISLAND
+        return self.place(gpus, gpus_per_node, nodes, among)
 
     def best(self, gpus: int) -> tuple[frozenset[int], Level] | None:
         """:meth:`place` for a gang of `gpus` GPUs with no shape and no `within` (memoised per pool state)."""

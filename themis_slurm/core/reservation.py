@@ -109,16 +109,24 @@ def _reserve_on(
     A gang of several nodes takes the n best nodes of one rack when that makes it faster (a
     placement-sensitive model across racks runs at a fraction of its speed for its whole run, which a
     wait of at most one lease does not cost), else the n best anywhere.
+
+    Only the job's allowed nodes count (:attr:`Job.allowed_nodes`): GPUs held for it elsewhere would idle
+    for a start Slurm refuses. Without a shape it is split by the widest allowed node, so a gang too wide
+    for one of them is still reserved whole nodes even where wider nodes it may not use exist.
     """
+    allowed = job.allowed_nodes
+    node_gpus = topo.node_gpus if allowed is None else {n: g for n, g in topo.node_gpus.items() if n in allowed}
+    if not node_gpus:
+        return None  # allowed nowhere: nothing to reserve
     if job.nodes is not None and job.gpus_per_node is not None:
         n, k = job.nodes, job.gpus_per_node
     else:
-        widest = max(len(v) for v in topo.node_gpus.values())
+        widest = max(len(v) for v in node_gpus.values())
         n, k = (1, job.gpus) if job.gpus <= widest else (-(-job.gpus // widest), widest)
         if n * k != job.gpus:
             return None  # an uneven split across nodes: no reservation (rare; Slurm would decide the split)
     ranked: list[tuple[int, int, float, str, tuple[int, ...]]] = []
-    for node, gids in topo.node_gpus.items():
+    for node, gids in node_gpus.items():
         usable = sorted((g for g in gids if g in avail), key=lambda g: (avail[g] > now, g in homed, avail[g], g))
         if len(usable) < k:
             continue

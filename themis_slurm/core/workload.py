@@ -24,6 +24,13 @@ class Job:
 
     `work` is the total estimate and `done` the ideal GPU-seconds attained so far; policies only ever see
     these estimates (the simulator tracks true work separately).
+
+    `allowed_nodes` are the nodes Slurm could start the job on (its GPU type, ``-w``/``-x`` lists, CPUs and
+    memory per node, features), worked out by the daemon: None means any node, an empty set no node (the
+    job can never be placed). Every placement the core and the baselines make for a new start stays on
+    them; a lease holder keeps renewing where it runs (Slurm already started it there). Given as any
+    iterable of names, it is kept as a frozenset (a hashable, immutable Job). Last, so positional
+    constructions of the other fields keep their meaning.
     """
 
     id: str
@@ -38,14 +45,24 @@ class Job:
     preemptible: bool = True
     submit: float = 0.0
     service: float = 0.0  # GPU-seconds attained so far (wall time x GPUs held), what LAS-style policies rank by
+    allowed_nodes: frozenset[str] | None = None  # nodes Slurm could start it on (None: any; empty: none)
 
     @property
-    def kind(self) -> tuple[int, int | None, int | None, str, bool]:
-        """Shape and profile: two jobs of an app with the same kind are interchangeable (same throughput
-        on the same GPUs, same rho), so one may stand in for the other without changing the app's lot."""
-        return (self.gpus, self.gpus_per_node, self.nodes, self.profile, self.elastic)
+    def kind(self) -> tuple[int, int | None, int | None, str, bool, frozenset[str] | None]:
+        """Shape, profile and allowed nodes: two jobs of an app with the same kind are interchangeable (same
+        throughput on the same GPUs, same rho, startable on the same nodes), so one may stand in for the
+        other without changing the app's lot. The allowed nodes belong here: the auction places one job
+        per kind and drops a kind that does not fit, and keep-in-place hands one job's GPUs to another of
+        its kind, so a kind that ignored them would let a job that may run anywhere wait behind one that
+        may not, or give a job GPUs on a node Slurm would refuse it."""
+        return (self.gpus, self.gpus_per_node, self.nodes, self.profile, self.elastic, self.allowed_nodes)
 
     def __post_init__(self) -> None:
+        allowed = self.allowed_nodes
+        if allowed is not None and type(allowed) is not frozenset:
+            if isinstance(allowed, str):  # a node name would become a set of its letters
+                raise TypeError(f"job {self.id}: allowed_nodes must be a set of node names, got {allowed!r}")
+            object.__setattr__(self, "allowed_nodes", frozenset(allowed))
         if self.gpus < 1:
             raise ValueError(f"job {self.id}: gpus must be >= 1, got {self.gpus}")
         if not self.work > 0:

@@ -143,4 +143,5 @@ def core_job(job: ManagedJob, work: float, done: float, preemptible: bool, servi
         preemptible=preemptible,
         submit=submit,
         service=service_s,
+        allowed_nodes=job.allowed_nodes,  # where Slurm could start it (slurm/snapshot.placement_limits)
     )

@@ -44,7 +44,7 @@ from themis_slurm.core.decision import (
     RenewalCause,
 )
 from themis_slurm.core.fairness import FairnessModel, job_throughput
-from themis_slurm.core.placement import Pool, get_profile
+from themis_slurm.core.placement import Pool, allowed_nodes_on, get_profile
 from themis_slurm.core.state import ClusterState, check_state
 from themis_slurm.core.topology import Level, Topology
 from themis_slurm.core.workload import App, Job, Lease
@@ -59,11 +59,24 @@ Placer = Callable[[Job, Pool], frozenset[int] | None]
 def shape_fit(
     job: Job, pool: Pool, gpus: int | None = None, within: Iterable[str] | None = None
 ) -> frozenset[int] | None:
-    """The tightest free placement for `job` (at `gpus` GPUs if elastic), honouring its node shape."""
+    """The tightest free placement for `job` (at `gpus` GPUs if elastic), honouring its node shape and the
+    nodes Slurm could start it on (:attr:`Job.allowed_nodes`, cut to `within` when given).
+
+    Every baseline places through here (:meth:`BaselineScratchpad.fit`), so none grants a job GPUs on a
+    node Slurm would refuse it; the simulator runs them on the same states as Themis."""
     n = job.gpus if gpus is None else gpus
+    allowed = job.allowed_nodes
+    among = None if allowed is None else allowed_nodes_on(pool.topo, allowed)
     if job.gpus_per_node is not None and job.nodes is not None:
-        return pool.find(job.gpus, job.gpus_per_node, job.nodes, within)
-    return pool.find(n, within=within)
+        if among is None:
+            return pool.find(job.gpus, job.gpus_per_node, job.nodes, within)
+        shape = (job.gpus, job.gpus_per_node, job.nodes)
+    else:
+        if among is None:
+            return pool.find(n, within=within)
+        shape = (n, None, None)
+    found = pool.place_among(*shape, among if within is None else [x for x in within if x in allowed])
+    return found[0] if found is not None else None
 
 
 def consolidated_level(topo: Topology, job: Job, gpus: int | None = None) -> Level:

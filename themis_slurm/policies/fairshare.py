@@ -139,7 +139,7 @@ class FairSharePolicy:
             )
             for a in ctx.state.apps
         }
-        failed_size: dict[str, int] = {}  # smallest gang an app failed to preempt for in this call
+        failed_size: dict[str, int] = {}  # smallest gang allowed anywhere an app failed to preempt for in this call
         protected_until = INF
 
         def ratio(aid: str) -> tuple:
@@ -196,7 +196,9 @@ class FairSharePolicy:
                 got = pad.fit_with_preemption(
                     job, victims, placer, f"above its fair share; GPUs go to app {aid}"
                 )
-                if got is None:
+                if got is None and job.allowed_nodes is None:
+                    # a job restricted to some nodes fails for its nodes, not its size: a wider job of the
+                    # app that may go elsewhere may still succeed, so it does not bar the app's later tries
                     failed_size[aid] = job.gpus
                 for jid in sorted(set(pad.preempted) - before):
                     owner = pad.jobs[jid].app_id

@@ -132,6 +132,9 @@ def pin_args(job: ManagedJob, node_gpus: Mapping[str, int]) -> list[str]:
     nodes = [n for n, g in node_gpus.items() if g > 0]
     if not nodes:
         raise ValueError(f"job {job.job_id}: a placement needs at least one node with GPUs")
+    if job.allowed_nodes is not None and not set(nodes) <= job.allowed_nodes:
+        raise ValueError(f"job {job.job_id}: placement on {hostlist.fold(nodes)} is outside the nodes Slurm could "
+                         f"start it on ({job.limits})")
     total = sum(node_gpus[n] for n in nodes)
     if job.gpus and total != job.gpus:
         raise ValueError(f"job {job.job_id}: placement has {total} GPUs, the job asks for {job.gpus}")
@@ -162,8 +165,9 @@ class Actions:
         self.runner.run(pin_args(job, node_gpus), self.timeout_s)
 
     def clear_pin(self, job: ManagedJob) -> None:
-        """``scontrol update JobId=X ReqNodeList=``: the job may run anywhere again."""
-        self._run("scontrol", "update", f"JobId={_target(job)}", "ReqNodeList=")
+        """``scontrol update JobId=X ReqNodeList=``: the job may run anywhere again, or only on its owner's
+        -w list (from the record) when it had one: the pin replaced that list, this puts it back."""
+        self._run("scontrol", "update", f"JobId={_target(job)}", f"ReqNodeList={hostlist.fold(list(job.user_nodes))}")
 
     def settle_after_requeue(self, job: ManagedJob) -> None:
         """Sleep until a just-requeued job may be launched again (see `requeue_settle_s`): at most ~2.5 s."""

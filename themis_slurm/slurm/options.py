@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from themis_slurm.slurm import hostlist
+
 RECORD_PREFIX = "themis:v"
 RECORD_VERSION = "themis:v1"
 COMMENT_PREFIX = "themis:"
@@ -33,6 +35,8 @@ class Record:
     #: an array's ``%N`` throttle at submit: the owner can raise Slurm's own copy (slurmctld applies
     #: ``ArrayTaskThrottle=`` before job_submit.lua's refusal), never this one
     throttle: int | None = None
+    #: the owner's -w list at submit (Themis's pin replaces ReqNodeList, so this is where it survives)
+    nodes: tuple[str, ...] = ()
 
     @property
     def profile(self) -> str | None:
@@ -84,8 +88,14 @@ def parse_record(admin_comment: str) -> tuple[Record, list[str]]:
         else:
             problems.append(f"AdminComment record field throttle={shorten(raw_throttle)!r}: expected a whole "
                             "number > 0")
+    nodes: tuple[str, ...] = ()
+    if fields.get("nodes"):
+        try:
+            nodes = tuple(hostlist.expand(fields["nodes"]))
+        except ValueError:
+            problems.append(f"AdminComment record field nodes={shorten(fields['nodes'])!r}: expected a hostlist")
     return Record(app=fields.get("app") or None, model=fields.get("model") or None,
-                  sens=fields.get("sens") or None, est_s=est, throttle=throttle), problems
+                  sens=fields.get("sens") or None, est_s=est, throttle=throttle, nodes=nodes), problems
 
 
 def parse_progress(comment: str) -> tuple[float | None, str | None]:

@@ -142,10 +142,62 @@ def trusted_throttle(slurms: int | None, recorded: int | None) -> int | None:
     return recorded if slurms is None else min(slurms, recorded)
 
 
-def managed_jobs_of(job: SlurmJob, topo: Topology, warnings: list[str], now: float | None = None) -> list[ManagedJob]:
+def placement_limits(job: SlurmJob, user_nodes: Sequence[str], topo: Topology,
+                     nodes: Mapping[str, SlurmNode]) -> tuple[frozenset[str] | None, str]:
+    """The managed nodes Slurm could start `job` on, and what narrowed them (None, "": any managed node).
+
+    What Slurm checks that Themis can see on a held job: the job's partitions, its GPU type (a typed
+    request fits nodes with that type; an untyped one any type), the owner's -w list (from the record:
+    Themis's pin replaces ReqNodeList) and -x list. A node with GPUs of several types counts whole.
+    Without node records (`nodes` empty) nothing is narrowed. CPUs, memory and features are left to
+    Slurm's own check after release (a refused release is learned: daemon/loop.py).
+    """
+    cand = set(topo.node_gpus)
+    why: list[str] = []
+    parts = {p for p in job.partition.split(",") if p}
+    if nodes and parts:
+        in_parts = {n for n in cand if n in nodes and parts & set(nodes[n].partitions)}
+        if in_parts != cand:
+            cand = in_parts
+            why.append(f"partition {job.partition}")
+    if nodes and job.gpu_type:
+        typed = {n for n in cand if n in nodes and any(g.type == job.gpu_type and g.count for g in nodes[n].gpus)}
+        if typed != cand:
+            cand = typed
+            why.append(f"GPU type {job.gpu_type}")
+    if user_nodes:
+        cand &= set(user_nodes)
+        why.append(f"its node list (-w {hostlist.fold(list(user_nodes))})")
+    if job.excluded_nodes and cand & set(job.excluded_nodes):
+        cand -= set(job.excluded_nodes)
+        why.append(f"excluded nodes (-x {hostlist.fold(list(job.excluded_nodes))})")
+    if not why:
+        return None, ""
+    return frozenset(cand), ", ".join(why)
+
+
+def never_fits(job: SlurmJob, allowed: frozenset[str] | None, limits: str, topo: Topology,
+               nodes: int | None) -> str | None:
+    """Why the job can never run on this cluster's managed nodes as they are configured (None: it can)."""
+    where = allowed if allowed is not None else frozenset(topo.node_gpus)
+    sizes = sorted((len(topo.node_gpus.get(n, ())) for n in where), reverse=True)
+    scope = f" on the nodes {limits} allows" if limits else " on the managed nodes"
+    if job.gpus_total > sum(sizes):
+        return (f"can never run here: it asks for {job.gpus_total} GPUs and there are {sum(sizes)}{scope} "
+                f"({len(sizes)} node(s))")
+    if nodes is not None and job.gpus_per_node and (len(sizes) < nodes or sizes[nodes - 1] < job.gpus_per_node):
+        fit = sum(1 for s in sizes if s >= job.gpus_per_node)
+        return (f"can never run here: it asks for {nodes} node(s) with {job.gpus_per_node} GPUs each and "
+                f"{fit} node(s) have that many{scope}")
+    return None
+
+
+def managed_jobs_of(job: SlurmJob, topo: Topology, warnings: list[str], now: float | None = None,
+                    nodes: Mapping[str, SlurmNode] | None = None) -> list[ManagedJob]:
     """One ManagedJob per job, or per task for a pending array remainder (``120_[3-7]``).
 
-    ``now`` (the snapshot's time) is what BeginTime is compared with; None skips that check.
+    ``now`` (the snapshot's time) is what BeginTime is compared with; None skips that check. ``nodes``
+    (the node records by name) narrow where the job may go (`placement_limits`).
     """
     record, problems = parse_record(job.admin_comment)
     warnings.extend(f"job {job.job_id}: {p}" for p in problems)
@@ -160,6 +212,11 @@ def managed_jobs_of(job: SlurmJob, topo: Topology, warnings: list[str], now: flo
         gpu_ids = frozenset()
     user = job.user_name or (str(job.user_id) if job.user_id is not None else "?")
     blocked = blocked_reason(job, now)
+    allowed, limits = placement_limits(job, record.nodes, topo, nodes or {})
+    if job.state == "PENDING" and blocked is None:
+        blocked = never_fits(job, allowed, limits, topo, fixed_nodes(job))
+        if blocked is not None:
+            warnings.append(f"job {job.job_id} ({user}): {blocked}")
     if job.array_job_id is not None and job.array_task_id is None and job.array_task_spec:
         try:
             tasks: list[int | None] = list(array_tasks(job.array_task_spec))
@@ -199,6 +256,9 @@ def managed_jobs_of(job: SlurmJob, topo: Topology, warnings: list[str], now: flo
             reason=job.state_reason,
             blocked=blocked,
             array_max_tasks=trusted_throttle(job.array_max_tasks, record.throttle),
+            allowed_nodes=allowed,
+            limits=limits,
+            user_nodes=record.nodes,
         )
         for task in tasks
     ]
@@ -214,6 +274,7 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], topo: T
     managed_used: set[int] = set()
     finished: dict[str, str] = {}
     finished_times: dict[str, tuple[float | None, float | None]] = {}
+    seen = {n.name: n for n in nodes}
     for job in jobs:
         if not job.is_active:
             if job.state in JOB_BASE_STATES and is_managed(job, config.managed_partitions):
@@ -222,7 +283,7 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], topo: T
                 finished_times[key] = (job.start_time or None, job.end_time or None)
             continue
         if is_managed(job, config.managed_partitions):
-            for mj in managed_jobs_of(job, topo, warns, now):
+            for mj in managed_jobs_of(job, topo, warns, now, seen):
                 managed.append(mj)
                 managed_used |= mj.gpu_ids
                 used |= mj.gpu_ids
@@ -230,7 +291,6 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], topo: T
             for node, idx in job.gpu_indices.items():
                 used.update(topo.by_node_index[(node, i)] for i in idx if (node, i) in topo.by_node_index)
     unavailable: set[int] = set()
-    seen = {n.name: n for n in nodes}
     for name, ids in topo.node_gpus.items():
         node = seen.get(name)
         if node is None:

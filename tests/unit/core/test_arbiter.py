@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from themis_slurm.core.arbiter import ArbiterConfig, bidders_offered, run_round
 from themis_slurm.core.decision import Decision
 from themis_slurm.core.payments import lottery
-from themis_slurm.core.placement import Pool
+from themis_slurm.core.placement import Pool, allowed_nodes_on
 from themis_slurm.core.state import ClusterState
 from themis_slurm.core.topology import Level, Topology
 from themis_slurm.core.workload import App, Job, Lease
@@ -21,7 +21,8 @@ from .instances import random_state
 
 
 def check_invariants(state: ClusterState, d: Decision) -> None:
-    """No GPU twice, gangs whole and within demand, holders accounted for, work conservation."""
+    """No GPU twice, gangs whole and within demand, holders accounted for, work conservation; grants (new
+    starts, migrations included) and reservations only on the job's allowed nodes (Job.allowed_nodes)."""
     jobs = {j.id: j for a in state.apps for j in a.jobs}
     running = {lease.job_id: lease.gpus for lease in state.leases if lease.expiry > state.now}
     running.update({lease.job_id: lease.gpus for lease in state.leases if not jobs[lease.job_id].preemptible})
@@ -45,6 +46,8 @@ def check_invariants(state: ClusterState, d: Decision) -> None:
             per = state.topology.nodes_of(gr.gpus)
             assert len(per) == job.nodes and set(per.values()) == {job.gpus_per_node}
         assert gr.gpus <= offered, "only free or expiring GPUs are granted"
+        if job.allowed_nodes is not None:
+            assert set(gr.nodes) <= job.allowed_nodes, f"{gr.job_id} granted {gr.nodes}, off {job.allowed_nodes}"
         for g in gr.gpus:
             assert g not in used, f"GPU {g} granted to {gr.job_id} but used by {used[g]}"
             used[g] = gr.job_id
@@ -55,13 +58,18 @@ def check_invariants(state: ClusterState, d: Decision) -> None:
         assert jid in decided or any(p.job_id == jid for p in d.preemptions), f"holder {jid} vanished"
     assert not d.reserved_gpus & set(used), "a reserved GPU is not handed out"
     assert d.reserved_gpus <= offered, "only offered GPUs are reserved"
+    for rec in d.apps.values():
+        note = rec.reservation
+        allowed = jobs[note.job_id].allowed_nodes if note is not None and not note.started else None
+        if allowed is not None:
+            assert set(state.topology.nodes_of(d.reserved_gpus)) <= allowed, "reserved off the allowed nodes"
     assert d.idle_gpus == frozenset(offered - set(used) - d.reserved_gpus), "idle = offered minus handed out, reserved"
-    # work conservation: no waiting job fits in the idle GPUs
+    # work conservation: no waiting job fits in the idle GPUs of the nodes it may run on
     idle = Pool(state.topology, d.idle_gpus)
     for job in jobs.values():
         if job.id in running or job.id in decided:
             continue
-        fits = idle.find(job.min_gpus, job.gpus_per_node, job.nodes)
+        fits = idle.find(job.min_gpus, job.gpus_per_node, job.nodes, allowed_nodes_on(state.topology, job.allowed_nodes))
         assert fits is None, f"job {job.id} ({job.gpus} GPUs) waits while {sorted(d.idle_gpus)} idle"
     for rec in d.apps.values():
         assert math.isfinite(rec.rho_before) and math.isfinite(rec.rho_after)

@@ -95,6 +95,8 @@ def test_every_decorated_class_matches_the_generated_init() -> None:
         cases: list[tuple[type, tuple, dict]] = [
             (Job, job_args, {}),
             (Job, job_args[:4], {"service": 2.5, "submit": 1.0}),
+            (Job, (*job_args, frozenset({"n1", f"n{g}"})), {}),  # allowed_nodes, the last field, positionally
+            (Job, job_args[:4], {"allowed_nodes": {"n2"}}),  # a plain set: kept as a frozenset by both
             (App, ("a", "u", rng.uniform(0, 100), (job,), rng.uniform(1, 5)), {"peak_gpus": g}),
             (Lease, (job.id, gpus, 0.0, rng.uniform(0, 1e4)), {}),
             (Gang, (job.id, gpus, Level.RACK, 1.5), {}),

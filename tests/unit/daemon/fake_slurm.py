@@ -54,6 +54,7 @@ class FakeJob:
     array_job_id: int | None = None
     array_task_id: int | None = None
     array_max_tasks: int | None = None
+    allowed_nodes: frozenset[str] | None = None  # where Slurm would start it (its type, -w, -x): else refused
 
     @property
     def slurm_id(self) -> int:
@@ -253,12 +254,15 @@ class FakeSlurm:
             required_nodes=j.required_nodes, priority=0 if j.held else 1,
             reason="JobHeldUser" if j.held else (j.limit_reason or ""), blocked=j.blocked if j.state == "PENDING" else None,
             array_job_id=j.array_job_id, array_task_id=j.array_task_id, array_max_tasks=j.array_max_tasks,
+            allowed_nodes=j.allowed_nodes, limits="test limits" if j.allowed_nodes is not None else "",
         )  # fmt: skip
 
     def start(self, job: ManagedJob, node_gpus: Mapping[str, int]) -> None:
         j = self._enter("start", job)
         if j.state != "PENDING":
             raise SlurmError(f"start: job {j.job_id} is {j.state}")
+        if j.allowed_nodes is not None and not set(node_gpus) <= j.allowed_nodes:
+            raise SlurmError(f"start: job {j.job_id} pinned to {sorted(node_gpus)}: ReqNodeNotAvail (BadConstraints)")
         self._pins[j.job_id] = dict(node_gpus)
         j.required_nodes = tuple(sorted(node_gpus))
         j.held = False

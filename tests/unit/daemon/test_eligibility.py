@@ -88,3 +88,18 @@ def test_a_learned_limit_survives_a_restart(slurm: FakeSlurm, make_daemon: Calla
     assert starts(slurm, jid) == 1, "granted again right after a restart"
     run(again, slurm, 60)  # the lease is over: it may be tried again, and the record is gone
     assert jid not in again.store.learned() or again.store.learned()[jid][1] > slurm.now
+
+
+def test_jobs_are_granted_only_where_slurm_could_start_them(slurm: FakeSlurm,
+                                                             make_daemon: Callable[..., Daemon]) -> None:
+    # issue 37: a job was pinned by its GPU count alone; Slurm refused, themisd retried for 30 s
+    d = make_daemon()
+    typed = [slurm.submit("alice", "t", 2, 300.0, est_s=300.0, allowed_nodes=frozenset({"node2"})) for _ in range(2)]
+    anywhere = slurm.submit("bob", "a", 2, 300.0, est_s=300.0)
+    nowhere = slurm.submit("bob", "n", 1, 300.0, est_s=300.0, allowed_nodes=frozenset())
+    run(d, slurm, 20)
+    assert all(slurm.jobs[j].state == "RUNNING" and set(slurm.jobs[j].node_gpus) == {"node2"} for j in typed)
+    assert slurm.jobs[anywhere].state == "RUNNING" and set(slurm.jobs[anywhere].node_gpus) == {"node1"}
+    assert slurm.jobs[nowhere].state == "PENDING" and starts(slurm, nowhere) == 0
+    assert d.store.query("SELECT COUNT(*) FROM events WHERE kind = 'release-timeout'")[0][0] == 0
+    assert all(starts(slurm, j) == 1 for j in [*typed, anywhere])

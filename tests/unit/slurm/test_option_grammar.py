@@ -153,6 +153,18 @@ def test_job_submit_lua_fails_open_when_themisd_is_gone(lua: str, tmp_path: Path
 
 
 @pytest.mark.parametrize("lua", ["lua5.1", "lua5.3"])
+def test_job_submit_lua_records_the_owners_hold_and_node_list(lua: str) -> None:
+    # issue 37: `sbatch --hold` was hidden by Themis's own hold (themisd started the job 8 s later), and
+    # Themis's pin replaced the owner's -w list; both are recorded at submit now
+    out = _run_lua(lua, ["\1\t@hold", "themis:app=s\t@hold", "\1\t@nodes=node[3-4]", "\1\t@nodes=bad;x=y"],
+                   env={"HARNESS_SHOW_COMMENT": "1"})
+    assert out == ["ok themis:v1;app=;model=;sens=;est= comment=themis:hold=user",
+                   "ok themis:v1;app=s;model=;sens=;est= comment=themis:app=s,hold=user",
+                   "ok themis:v1;app=;model=;sens=;est=;nodes=node[3-4] comment=nil",
+                   "ok themis:v1;app=;model=;sens=;est= comment=nil"]
+
+
+@pytest.mark.parametrize("lua", ["lua5.1", "lua5.3"])
 def test_job_submit_lua_records_an_arrays_throttle(lua: str) -> None:
     # issue 38 item 3: slurmctld applies an owner's ArrayTaskThrottle raise before slurm_job_modify refuses
     # it, so the throttle at submit goes into the trusted record, where themisd reads it

@@ -269,3 +269,44 @@ def test_gres_conf_count_mismatch_warns(tmp_path: Path) -> None:
     s = snap(tmp_path, [], nodes)
     assert len(s.topology.node_gpus["node4"]) == 8 and len(s.topology.node_islands["node4"]) == 1
     assert any("node4" in w and "8" in w for w in s.warnings)
+
+
+MIXED = [node("node1"), node("node2"), node("node3", gres="gpu:h100:4(S:0-1)"),
+         node("node4", gres="gpu:h100:4(S:0-1)", partitions=("gpu2",))]
+
+
+def test_where_slurm_could_start_a_job(tmp_path: Path) -> None:
+    # issue 37: GPU type, the owner's -w (from the record: the pin replaces ReqNodeList) and -x, partition
+    typed = job(80, gres="gres:gpu:h100:2")
+    untyped = job(81)
+    pinned = job(82, record="themis:v1;app=;model=;sens=;est=;nodes=node[2-3]")
+    excluded = job(83)
+    excluded["excluded_nodes"] = "node1"
+    other_part = job(84, partition="gpu2")
+    s = snap(tmp_path, [typed, untyped, pinned, excluded, other_part], MIXED, gres=None)
+    jobs_ = by_id(s)
+    assert (jobs_["80"].allowed_nodes, jobs_["80"].limits) == (frozenset({"node3"}), "GPU type h100")  # type: ignore[attr-defined]
+    assert jobs_["81"].allowed_nodes is None  # untyped: any type, any managed node  # type: ignore[attr-defined]
+    assert jobs_["82"].allowed_nodes == frozenset({"node2", "node3"})  # type: ignore[attr-defined]
+    assert jobs_["82"].user_nodes == ("node2", "node3") and "-w node[2-3]" in jobs_["82"].limits  # type: ignore[attr-defined]
+    assert jobs_["83"].allowed_nodes == frozenset({"node2", "node3"})  # type: ignore[attr-defined]
+    assert "-x node1" in jobs_["83"].limits  # type: ignore[attr-defined]
+    assert "84" not in jobs_  # its partition is not managed (node4 is not even in the topology)
+    plain = snap(tmp_path, [job(85)])  # one partition of every node, one type: nothing narrowed
+    assert by_id(plain)["85"].allowed_nodes is None and by_id(plain)["85"].limits == ""  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("gres", "extra", "why"), [
+    ("gres:gpu:64", {}, "asks for 64 GPUs and there are 16 on the managed nodes"),
+    ("gres:gpu:h100:4", {}, "asks for 4 GPUs and there are 0 on the nodes GPU type h100 allows"),
+    ("gres:gpu:2", {"excluded_nodes": "node[1-4]"}, "there are 0 on the nodes excluded nodes"),
+    ("gres:gpu:8", {"node_count": 1}, "1 node(s) with 8 GPUs each and 0 node(s) have that many"),
+])
+def test_a_job_that_can_never_run_is_not_eligible_at_once(tmp_path: Path, gres: str, extra: dict, why: str) -> None:
+    # issue 37: a job asking 64 GPUs of a 16-GPU cluster was ranked first by rho forever
+    j = job(90, gres=gres)
+    j.update(extra)
+    s = snap(tmp_path, [j])
+    [mj] = s.managed
+    assert mj.blocked is not None and mj.blocked.startswith("can never run here") and why in mj.blocked
+    assert any(w.startswith("job 90 (alice): can never run here") for w in s.warnings)

@@ -256,3 +256,16 @@ def test_command_names_for_metrics() -> None:
     assert command_name(["/usr/bin/scontrol", "update", "JobId=1"]) == "scontrol update"
     assert command_name(["scancel", "--batch", "1"]) == "scancel"
     assert command_name(["scontrol", "-o", "show", "node"]) == "scontrol show"
+
+
+def test_the_owners_node_list_is_kept_around_themis_pins() -> None:
+    # issue 37: `sbatch -w node4` ran on node1: the pin replaced the owner's list, and clearing it lost it
+    a, r = actions()
+    job = replace(JOB, gpus=1, gpus_per_node=None, nodes=None, user_nodes=("node3", "node4"),
+                  allowed_nodes=frozenset({"node3", "node4"}), limits="its node list (-w node[3-4])")
+    with pytest.raises(ValueError, match="outside the nodes Slurm could start it on .its node list"):
+        a.start(job, {"node1": 1})
+    assert r.calls == []
+    a.start(job, {"node4": 1})
+    a.hold(job)
+    assert r.calls[-1] == ["scontrol", "update", "JobId=42", "ReqNodeList=node[3-4]"]  # the owner's list back
