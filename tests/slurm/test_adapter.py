@@ -221,6 +221,19 @@ def test_progress_of_an_arrays_last_task_is_that_tasks_alone(cluster: Cluster, b
     assert find(snap, f"{array_id}_0").progress is None  # type: ignore[union-attr]  # not every task's
 
 
+def test_a_hold_is_never_sent_to_a_running_job(cluster: Cluster, backend: CliBackend) -> None:
+    # issue 38 item 2: themisd's stale view held 13 jobs Slurm had started (R with JobHeldAdmin, priority 0)
+    job_id = cluster.sbatch("--gres=gpu:1")
+    job = held_job(backend, job_id)
+    [node] = free_nodes(backend.snapshot(), 1, 1)
+    backend.start(job, {node: 1})
+    running(backend, job_id)
+    with pytest.raises(ActionRefused, match="RUNNING in Slurm now, not PENDING: not held"):
+        backend.hold(job)  # the stale record still says PENDING
+    now = cluster.job(job_id)
+    assert now["job_state"] == "RUNNING" and now["priority"] != 0
+
+
 def test_restart_on_the_same_node_in_the_second_of_the_requeue(cluster: Cluster, backend: CliBackend) -> None:
     # slurmd refuses a launch whose credential is stamped in the second of the job's requeue (its revoke)
     # and Slurm then FAILS the job: start must wait that second out, or a re-won job is lost.

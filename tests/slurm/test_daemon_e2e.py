@@ -876,6 +876,34 @@ def test_typed_jobs_start_on_their_first_grant(cluster: Cluster, themisd: Themis
     assert timeouts == 0 and all(n == 1 for _, n in starts), starts  # each started on its first grant
     assert "Traceback" not in themisd.log.read_text()
 
+
+def test_a_future_reservation_keeps_long_jobs_off_its_nodes(cluster: Cluster, themisd: Themisd) -> None:
+    """Issue 38 item 5: an inactive reservation on node4 an hour from now. Before: themisd granted node4 to
+    jobs whose time limit crosses it, Slurm kept them pending (ReqNodeNotAvail), node4 idled 90 s at a time."""
+    name = f"themis-test-{os.getpid()}"
+    cluster.check(["scontrol", "create", "reservation", f"ReservationName={name}", "StartTime=now+3600",
+                   "Duration=60", "Nodes=node4", "Users=root"])
+    try:
+        long_jobs = [submit(cluster, ALICE, "gpu:4", "themis:app=long", 60) for _ in range(4)]  # no time limit
+        themisd.start()
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline and sum(cluster.job(j)["job_state"] == "RUNNING" for j in long_jobs) < 3:
+            time.sleep(0.5)
+        running = {j: cluster.job(j)["nodes"] for j in long_jobs if cluster.job(j)["job_state"] == "RUNNING"}
+        assert len(running) == 3 and "node4" not in running.values(), running
+        short = submit(cluster, BOB, "gpu:4", "themis:app=short", 5, "--time=10")  # ends well before it
+        cluster.wait_job(short, {"RUNNING", "COMPLETING", "COMPLETED"}, timeout=40)
+        assert cluster.job(short)["nodes"] == "node4"
+        with themisd.db() as db:
+            timeouts = db.execute("SELECT COUNT(*) FROM events WHERE kind = 'release-timeout'").fetchone()[0]
+        assert timeouts == 0
+        [waiting] = [j for j in long_jobs if j not in running]
+        out = subprocess.run([sys.executable, "-m", "themis_slurm.cli.main", "explain", str(waiting), "-c",
+                              str(themisd.config)], env=themisd.env, text=True, capture_output=True, timeout=60)
+        assert f"reservation {name} on node4" in out.stdout, out.stdout + out.stderr
+    finally:
+        cluster.run(["scontrol", "delete", f"ReservationName={name}"])
+
 FAIL_OPEN_S = 15
 
 

@@ -426,11 +426,12 @@ class PyslurmBackend:
         secs0 = sum(stats.seconds.values())
         now = self.clock()
         jobs, nodes, warnings = self.read()
+        reservations = self.reader.reservations(now, warnings)  # the CLI backend's read: one parser for both
         topo, topo_warnings = self.reader.topology(nodes)
         return build_snapshot(jobs, nodes, topo, self.config, now,
                               slurm_calls=stats.total_calls - calls0,
                               latency_s=sum(stats.seconds.values()) - secs0,
-                              warnings=[*topo_warnings, *warnings])
+                              warnings=[*topo_warnings, *warnings], reservations=reservations)
 
     # ------------------------------------------------------------------------------------- actions
     @staticmethod

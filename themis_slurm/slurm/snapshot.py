@@ -33,6 +33,12 @@ from themis_slurm.slurm.options import is_record, parse_progress, parse_record
 from themis_slurm.slurm.parse import job_from_json, load_json, node_from_json
 from themis_slurm.slurm.ranges import parse_int_list
 from themis_slurm.slurm.records import JOB_BASE_STATES, SlurmJob, SlurmNode
+from themis_slurm.slurm.reservations import (
+    SCONTROL_RESERVATIONS,
+    Reservation,
+    ReservationReader,
+    reserved_for,
+)
 from themis_slurm.slurm.runner import Runner, SlurmCommandError
 from themis_slurm.slurm.scontrol import parse_scontrol_nodes
 from themis_slurm.slurm.topology_conf import SwitchTree, parse_topology_conf
@@ -176,6 +182,18 @@ def placement_limits(job: SlurmJob, user_nodes: Sequence[str], topo: Topology,
     return frozenset(cand), ", ".join(why)
 
 
+def around_reservations(job: SlurmJob, allowed: frozenset[str] | None, limits: str, topo: Topology,
+                        reservations: Sequence[Reservation], now: float) -> tuple[frozenset[str] | None, str]:
+    """`allowed` without the nodes a reservation keeps this job from (its time limit would run into it)."""
+    reserved, why = reserved_for(reservations, now, job.time_limit_s)
+    base = allowed if allowed is not None else frozenset(topo.node_gpus)
+    if not reserved & base:
+        return allowed, limits
+    limit = "no time limit" if not job.time_limit_s else f"its time limit of {job.time_limit_s / 60:.0f} min"
+    text = f"{why}: {limit} would run into it"
+    return base - reserved, f"{limits}, {text}" if limits else text
+
+
 def never_fits(job: SlurmJob, allowed: frozenset[str] | None, limits: str, topo: Topology,
                nodes: int | None) -> str | None:
     """Why the job can never run on this cluster's managed nodes as they are configured (None: it can)."""
@@ -193,7 +211,8 @@ def never_fits(job: SlurmJob, allowed: frozenset[str] | None, limits: str, topo:
 
 
 def managed_jobs_of(job: SlurmJob, topo: Topology, warnings: list[str], now: float | None = None,
-                    nodes: Mapping[str, SlurmNode] | None = None) -> list[ManagedJob]:
+                    nodes: Mapping[str, SlurmNode] | None = None,
+                    reservations: Sequence[Reservation] = ()) -> list[ManagedJob]:
     """One ManagedJob per job, or per task for a pending array remainder (``120_[3-7]``).
 
     ``now`` (the snapshot's time) is what BeginTime is compared with; None skips that check. ``nodes``
@@ -217,6 +236,8 @@ def managed_jobs_of(job: SlurmJob, topo: Topology, warnings: list[str], now: flo
         blocked = never_fits(job, allowed, limits, topo, fixed_nodes(job))
         if blocked is not None:
             warnings.append(f"job {job.job_id} ({user}): {blocked}")
+    if job.state == "PENDING" and reservations and now is not None:  # for now, not for ever: after never_fits
+        allowed, limits = around_reservations(job, allowed, limits, topo, reservations, now)
     if job.array_job_id is not None and job.array_task_id is None and job.array_task_spec:
         try:
             tasks: list[int | None] = list(array_tasks(job.array_task_spec))
@@ -266,7 +287,7 @@ def managed_jobs_of(job: SlurmJob, topo: Topology, warnings: list[str], now: flo
 
 def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], topo: Topology,
                    config: AdapterConfig, now: float, slurm_calls: int = 0, latency_s: float = 0.0,
-                   warnings: Iterable[str] = ()) -> Snapshot:
+                   warnings: Iterable[str] = (), reservations: Sequence[Reservation] = ()) -> Snapshot:
     """Combine parsed jobs and nodes with the topology into the daemon's view (pure)."""
     warns = list(warnings)
     managed: list[ManagedJob] = []
@@ -283,7 +304,7 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], topo: T
                 finished_times[key] = (job.start_time or None, job.end_time or None)
             continue
         if is_managed(job, config.managed_partitions):
-            for mj in managed_jobs_of(job, topo, warns, now, seen):
+            for mj in managed_jobs_of(job, topo, warns, now, seen, reservations):
                 managed.append(mj)
                 managed_used |= mj.gpu_ids
                 used |= mj.gpu_ids
@@ -365,6 +386,18 @@ class SnapshotReader:
         self._topo: Topology | None = None
         self._topo_warnings: list[str] = []
         self._node_source: str | None = None  # "sinfo", "scontrol-json" or "scontrol", found on first read
+        self._reservations = ReservationReader()
+
+    def reservations(self, now: float, warnings: list[str]) -> Sequence[Reservation]:
+        """The reservations, read again when `READ_EVERY_S` has passed (reservations.py)."""
+        r = self._reservations
+        if r.due(now):
+            try:
+                warnings.extend(r.update(now, self.runner.run(SCONTROL_RESERVATIONS, self.config.timeout_s)))
+            except SlurmCommandError as exc:
+                r.failed(now)
+                warnings.append(f"reservations not readable ({exc}): the last ones read stay in use")
+        return r.current
 
     @property
     def conf_dir(self) -> str:
@@ -446,11 +479,12 @@ class SnapshotReader:
         squeue_out = self.runner.run(SQUEUE, self.config.timeout_s)
         nodes = self.read_nodes()
         jobs, warnings = parse_jobs_tolerant(load_json(squeue_out, "squeue --json"))
+        reservations = self.reservations(now, warnings)
         topo, topo_warnings = self.topology(nodes)
         return build_snapshot(jobs, nodes, topo, self.config, now,
                               slurm_calls=stats.total_calls - calls0,
                               latency_s=sum(stats.seconds.values()) - secs0,
-                              warnings=[*topo_warnings, *warnings])
+                              warnings=[*topo_warnings, *warnings], reservations=reservations)
 
 
 def _nodes_with_gres_used(doc: Mapping[str, Any]) -> list[SlurmNode] | None:

@@ -38,6 +38,7 @@ from themis_slurm.slurm.pyslurm_backend import (
     job_from_pyslurm,
     node_from_pyslurm,
 )
+from themis_slurm.slurm.reservations import SCONTROL_RESERVATIONS
 from themis_slurm.slurm.runner import SlurmCommandError
 
 RECORD = "themis:v1;app=sweep;model=resnet;sens=;est=3600"
@@ -439,9 +440,10 @@ def test_snapshot_equals_the_cli_backends(tmp_path: Path) -> None:
     assert ps.managed == cli.managed
     assert set(by_id(ps)) == {"10", "30", "120_3", "120_4", "120_5", "120_6", "120_7", "120_0", "40"}
     assert ps.warnings == cli.warnings
-    assert ps.slurm_calls == 2 and runner.calls == []
+    # two pyslurm loads, and the reservations (scontrol, at most every READ_EVERY_S: reservations.py)
+    assert ps.slurm_calls == 3 and runner.calls == [SCONTROL_RESERVATIONS]
     assert mod.log == [("pyslurm", "Jobs.load"), ("pyslurm", "Nodes.load")]
-    assert runner.stats.calls == {"pyslurm Jobs.load": 1, "pyslurm Nodes.load": 1}
+    assert runner.stats.calls == {"pyslurm Jobs.load": 1, "pyslurm Nodes.load": 1, "scontrol show": 1}
     mj = by_id(ps)["10"]
     assert mj.app_key == "alice/sweep" and mj.progress == 0.5 and mj.gpus == 4 and mj.nodes == 2
     assert by_id(ps)["120_3"].array_max_tasks == 2 and by_id(ps)["40"].blocked is None
@@ -453,10 +455,10 @@ def test_per_job_request_read_once_from_squeue(tmp_path: Path) -> None:
     other = job(71, gres="gres/gpu:1")
     b, mod, runner = backend(tmp_path, [pjob(j), pjob(other)], answers={("squeue",): squeue(j, other)})
     s1 = b.snapshot()
-    assert by_id(s1)["70"].gpus == 8 and s1.slurm_calls == 3
-    assert runner.calls == [["squeue", "--all", "--states=all", "--json"]]
+    assert by_id(s1)["70"].gpus == 8 and s1.slurm_calls == 4
+    assert runner.calls == [["squeue", "--all", "--states=all", "--json"], SCONTROL_RESERVATIONS]
     s2 = b.snapshot()
-    assert by_id(s2)["70"].gpus == 8 and s2.slurm_calls == 2 and len(runner.calls) == 1
+    assert by_id(s2)["70"].gpus == 8 and s2.slurm_calls == 2 and len(runner.calls) == 2
     mod.jobs[:] = [pjob(other)]
     b.snapshot()
     assert b._per_job == {}  # forgotten once the job is gone
