@@ -99,7 +99,9 @@ local DEFAULTS = {
   allow_interactive = false,
   reload_seconds = 60,
   heartbeat_file = "/run/themis/heartbeat",
-  fail_open_after_s = 600,
+  -- off unless the config file turns it on (the shipped one does): a site that upgrades job_submit.lua
+  -- before themisd and its unit must not find its jobs unheld because no heartbeat is written yet
+  fail_open_after_s = 0,
 }
 
 -- --------------------------------------------------------------------------------------- small helpers

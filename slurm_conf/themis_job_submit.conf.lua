@@ -38,8 +38,9 @@ return {
   -- the same path; it must be readable here, i.e. on the slurmctld host). Once it is missing or older than
   -- fail_open_after_s seconds, themisd is taken to be gone and new managed jobs are NOT held, so nothing
   -- waits forever; themisd-failopen.timer releases those held before (docs/admin-guide.md, "Fail-open").
-  -- 0 turns fail-open off: managed jobs then wait for themisd however long it is away. The file is read
-  -- at most every 5 s.
+  -- 0 turns fail-open off: managed jobs then wait for themisd however long it is away (also the value
+  -- when this key is missing, as in configs from before fail-open). A fresh heartbeat is re-read at most
+  -- every 5 s.
   heartbeat_file = "/run/themis/heartbeat",
   fail_open_after_s = 600,
 }

@@ -189,3 +189,16 @@ def test_plugin_builds_without_warnings(version: str, tmp_path: Path) -> None:
     syms = subprocess.run(["nm", "-D", "--defined-only", str(so)], capture_output=True, text=True, check=True).stdout
     for sym in ("plugin_name", "plugin_type", "plugin_version", "slurm_spank_init", "slurm_spank_init_post_opt"):
         assert f" {sym}\n" in syms, sym
+
+
+@pytest.mark.parametrize("lua", ["lua5.1", "lua5.3"])
+def test_job_submit_lua_without_fail_open_settings_never_fails_open(lua: str, tmp_path: Path) -> None:
+    # a config from before fail-open (no heartbeat keys) keeps holding, heartbeat or not: a site that
+    # upgrades job_submit.lua first must not find its jobs unheld
+    shutil.copy(LUA_SCRIPT, tmp_path / "job_submit.lua")
+    conf = (LUA_SCRIPT.parent / "themis_job_submit.conf.lua").read_text()
+    conf = re.sub(r"\n\s*(heartbeat_file|fail_open_after_s) = [^\n]*", "", conf)
+    assert "fail_open_after_s =" not in conf and "heartbeat_file =" not in conf
+    (tmp_path / "themis_job_submit.conf.lua").write_text(conf)
+    out = _run_lua(lua, ["\1"], script=tmp_path / "job_submit.lua", env={"HARNESS_SHOW_HOLD": "1"})
+    assert out == ["ok themis:v1;app=;model=;sens=;est= [held]"]
