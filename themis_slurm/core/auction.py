@@ -27,15 +27,16 @@ import heapq
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-
-import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, linprog, milp
-from scipy.sparse import csr_array
+from typing import TYPE_CHECKING
 
 from themis_slurm.core.agent import Agent, Bundle, Gang
 from themis_slurm.core.placement import Pool
 from themis_slurm.core.topology import Level
 from themis_slurm.core.workload import Job
+
+if TYPE_CHECKING:
+    import numpy as np
+    from scipy.sparse import csr_array
 
 
 @dataclass(frozen=True)
@@ -467,6 +468,12 @@ class ExactSolver:
         small = self._branch_and_bound(cands, apps)
         if small is not None:
             return small
+        # numpy/scipy only here, where a MILP is solved: importing them costs ~0.5 s, which every `themis`
+        # command (through the config's ArbiterConfig) would otherwise pay
+        import numpy as np
+        from scipy.optimize import Bounds, LinearConstraint, milp
+        from scipy.sparse import csr_array
+
         gpus = sorted(set().union(*(b.gpus for b in cands)))
         arow = {a: i for i, a in enumerate(apps)}
         grow = {g: len(apps) + i for i, g in enumerate(gpus)}
@@ -503,6 +510,9 @@ class ExactSolver:
         faster than its MILP search took to prove it (3-28 ms against 6-345 ms), which is most of a
         round with hidden payments (a re-solve per winner). A fractional optimum goes to the MILP.
         """
+        import numpy as np
+        from scipy.optimize import linprog
+
         lp = linprog(gains, A_ub=a_mat, b_ub=np.ones(a_mat.shape[0]), bounds=(0, 1), method="highs",
                      options={"time_limit": self.time_limit_s})
         if lp.status != 0 or lp.x is None:

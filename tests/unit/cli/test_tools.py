@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -59,3 +60,22 @@ def test_config_check(tmp_path: Path) -> None:
     bad.write_text("scheduler:\n  lease_minutes: -3\n")
     res = CliRunner().invoke(cli, ["config", "check", str(bad)])
     assert res.exit_code == 1 and "scheduler.lease_minutes: value -3 is not a positive number" in res.output
+
+
+def test_subcommands_load_only_when_used_and_the_listing_is_their_own() -> None:
+    # issue 36 item 2 (part): `themis status --help` imported the simulator, matplotlib and scipy (1.1 s)
+    import importlib
+
+    from themis_slurm.cli.main import COMMANDS
+
+    for name, (module, attr, short) in COMMANDS.items():
+        command = getattr(importlib.import_module(module), attr)
+        assert command.name == name and command.get_short_help_str(limit=45) == short, name
+    probe = ("import sys; from click.testing import CliRunner; from themis_slurm.cli.main import cli; "
+             "r = CliRunner().invoke(cli, ['status', '--help']); assert r.exit_code == 0, r.output; "
+             "heavy = [m for m in ('matplotlib', 'scipy', 'themis_slurm.sim.engine') if m in sys.modules]; "
+             "print(','.join(heavy))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "", f"imported for `themis status --help`: {out.stdout}"
+    listing = CliRunner().invoke(cli, ["--help"])
+    assert listing.exit_code == 0 and all(name in listing.output for name in COMMANDS)
