@@ -904,6 +904,40 @@ def test_a_future_reservation_keeps_long_jobs_off_its_nodes(cluster: Cluster, th
     finally:
         cluster.run(["scontrol", "delete", f"ReservationName={name}"])
 
+
+def _signal_themisd(d: Themisd, sig: signal.Signals) -> None:
+    """`sig` to the daemon's own process (it may run under runuser, whose child is the daemon)."""
+    out = subprocess.run(["pgrep", "-f", f"themis_slurm.daemon.main run --config {d.config}"], capture_output=True,
+                         text=True, timeout=10, check=False)
+    pids = [int(p) for p in out.stdout.split()]
+    assert pids, "themisd is not running"
+    for pid in pids:
+        os.kill(pid, sig)
+
+
+def test_run_time_is_taken_from_slurm_not_from_the_polls(cluster: Cluster, themisd: Themisd) -> None:
+    """Issue 38 item 12: jobs that ended while themisd's cycles were blocked were booked with the service
+    seen at its polls ("completed after 43 of an estimated 300 GPU-s" for a job Slurm ran 4:02)."""
+    jid = submit(cluster, ALICE, "gpu:2", "themis:app=clock,est=300s", 12)
+    themisd.start()
+    cluster.wait_job(jid, "RUNNING", timeout=40)
+    time.sleep(2)
+    _signal_themisd(themisd, signal.SIGSTOP)  # a cycle blocked for longer than the job has left
+    try:
+        cluster.wait_job(jid, "COMPLETED", timeout=60)
+    finally:
+        _signal_themisd(themisd, signal.SIGCONT)
+    job = cluster.job(jid)
+    ran = float(job["end_time"]) - float(job["start_time"])
+    deadline = time.monotonic() + 30
+    rows: list = []
+    while time.monotonic() < deadline and not rows:
+        with themisd.db() as db:
+            rows = db.execute("SELECT work FROM finished_jobs WHERE job_id = ?", (str(jid),)).fetchall()
+        time.sleep(0.5)
+    assert rows, themisd.log.read_text()[-2000:]
+    assert abs(rows[0][0] - 2 * ran) <= 2 * 2.0, (rows[0][0], ran)  # Slurm's whole seconds, on 2 GPUs
+
 FAIL_OPEN_S = 15
 
 
