@@ -516,7 +516,7 @@ class Daemon:
         """
         held = held_for_granted(snap, rows.values())
         ids = [jid for jid in startable(held, rows, snap.topology) if jid in jobs and jobs[jid].state == "PENDING"]
-        if not ids or not self._fresh("start", jobs[ids[0]]):
+        if not ids or not self._fresh("start", *(jobs[jid] for jid in ids)):
             return
         granted = {jid: rows[jid] for jid in ids}
         t = self._now()
