@@ -18,6 +18,11 @@ speed-up and whether the two Decisions are identical. ``--baseline none`` runs t
     python benchmarks/round_latency.py --json          # the same as JSON
     python benchmarks/round_latency.py --quick         # the two smaller sizes only
     python benchmarks/round_latency.py --baseline none # today's code only
+    python benchmarks/round_latency.py --levels account,user,app   # today's code with tenancy (core/tenancy.py)
+
+With ``--levels`` the generated states of today's code carry accounts (8, shares 1 to 4) and users (50, shares
+1 to 3) and the apps' contention comes from the tree; the baseline runs the same apps without a tree, so
+"identical" is not compared (n/a) and the speed-up is the cost of tenancy plus everything since the baseline.
 """
 
 from __future__ import annotations
@@ -64,8 +69,10 @@ def load_baseline(ref: str) -> SimpleNamespace:
     return load("themis_slurm_baseline")
 
 
-def make_state(n_apps: int, n_jobs: int, n_gpus: int, seed: int = 0, core: SimpleNamespace | None = None):
-    """A cluster of 8-GPU nodes (2 NVLink islands) in racks of 16 nodes, and a Philly-like job mix."""
+def make_state(n_apps: int, n_jobs: int, n_gpus: int, seed: int = 0, core: SimpleNamespace | None = None,
+               levels: tuple[str, ...] | None = None):
+    """A cluster of 8-GPU nodes (2 NVLink islands) in racks of 16 nodes, and a Philly-like job mix; with
+    `levels`, apps in 8 accounts of 50 users and the tree with random shares (today's code only)."""
     core = core or load("themis_slurm")
     App, Job = core.workload.App, core.workload.Job
     rng = random.Random(seed)
@@ -82,7 +89,18 @@ def make_state(n_apps: int, n_jobs: int, n_gpus: int, seed: int = 0, core: Simpl
             for g in [rng.choices([1, 2, 4, 8], weights=[70, 10, 12, 8])[0]]
         )
         apps.append(App(f"a{a}", f"user{a % 50}", rng.uniform(0, 100), jobs, contention=max(1.0, n_apps / 4)))
-    return core.state.ClusterState(topo, 100.0, frozenset(range(topo.size)), (), tuple(apps))
+    if not levels:
+        return core.state.ClusterState(topo, 100.0, frozenset(range(topo.size)), (), tuple(apps))
+    import dataclasses
+
+    from themis_slurm.core import tenancy as tn
+
+    apps = [dataclasses.replace(a, account=f"acct{int(a.owner[4:]) % 8}") for a in apps]
+    tree = tn.Tenancy(levels, {f"acct{k}": rng.randint(1, 4) for k in range(8)},
+                      {(f"acct{u % 8}", f"user{u}"): rng.randint(1, 3) for u in range(50)})  # fmt: skip
+    n = tn.contention(tree, apps)
+    apps = [dataclasses.replace(a, contention=n[a.id]) for a in apps]
+    return core.state.ClusterState(topo, 100.0, frozenset(range(topo.size)), (), tuple(apps), tenancy=tree)
 
 
 def digest(d) -> tuple:
@@ -137,9 +155,10 @@ def time_ftf(state, repeats: int) -> tuple[float, float]:
     return statistics.median(solve), statistics.median(whole)
 
 
-def bench(size: tuple[int, int, int], repeats: int, exact_limit_s: float, base: SimpleNamespace | None) -> dict:
+def bench(size: tuple[int, int, int], repeats: int, exact_limit_s: float, base: SimpleNamespace | None,
+          levels: tuple[str, ...] | None = None) -> dict:
     new = load("themis_slurm")
-    runs = {"new": (new, make_state(*size, core=new), new.arbiter.ArbiterConfig(solver="fast"))}
+    runs = {"new": (new, make_state(*size, core=new, levels=levels), new.arbiter.ArbiterConfig(solver="fast"))}
     if base is not None:
         runs["baseline"] = (base, make_state(*size, core=base), base.arbiter.ArbiterConfig(solver="fast"))
     times: dict[str, list[float]] = {k: [] for k in [*runs, "gc_on"]}
@@ -176,7 +195,7 @@ def bench(size: tuple[int, int, int], repeats: int, exact_limit_s: float, base: 
         row["baseline_median_ms"] = statistics.median(times["baseline"]) * 1000
         row["baseline_min_ms"] = min(times["baseline"]) * 1000
         row["speedup"] = row["baseline_median_ms"] / row["median_ms"]
-        row["identical"] = digest(d) == digest(last["baseline"])
+        row["identical"] = None if levels else digest(d) == digest(last["baseline"])
     return row
 
 
@@ -188,13 +207,16 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--exact-limit", type=float, default=60.0, help="seconds the exact solver may take (0: skip)")
     ap.add_argument("--baseline", default=BASELINE, help=f"git commit to compare with (default {BASELINE}; none: off)")
+    ap.add_argument("--levels", default="", help="tenancy levels for today's code, e.g. account,user,app")
     args = ap.parse_args()
+    levels = tuple(x.strip() for x in args.levels.split(",") if x.strip()) or None
     base = None if args.baseline.lower() == "none" else load_baseline(args.baseline)
     sizes = [SIZES[i] for i in args.sizes] if args.sizes else SIZES[:2] if args.quick else SIZES
-    rows = [bench(s, args.repeats if s[2] <= 2048 else max(1, args.repeats // 2), args.exact_limit, base)
+    rows = [bench(s, args.repeats if s[2] <= 2048 else max(1, args.repeats // 2), args.exact_limit, base, levels)
             for s in sizes]  # fmt: skip
     if args.json:
-        print(json.dumps({"benchmark": "round_latency", "baseline": args.baseline, "rows": rows}, indent=2))
+        print(json.dumps({"benchmark": "round_latency", "baseline": args.baseline, "levels": levels, "rows": rows},
+                         indent=2))
         return
     head = (f"{'apps':>5} {'jobs':>6} {'gpus':>5} {'median ms':>10} {'min ms':>8} {'gc on ms':>9} {'granted':>8}"
             f" {'fast/exact gap':>15}"
@@ -209,7 +231,8 @@ def main() -> None:
                 f"{r['gc_on_median_ms']:>9.1f} {r['granted_gpus']:>8} {gap_s:>15} {r['ftf_solve_ms']:>12.1f} "
                 f"{r['ftf_round_ms']:>12.1f}")  # fmt: skip
         if base is not None:
-            line += f" {r['baseline_median_ms']:>9.1f} {r['speedup']:>7.2f}x {'yes' if r['identical'] else 'NO':>9}"
+            same = "n/a" if r["identical"] is None else "yes" if r["identical"] else "NO"
+            line += f" {r['baseline_median_ms']:>9.1f} {r['speedup']:>7.2f}x {same:>9}"
         print(line)
 
 

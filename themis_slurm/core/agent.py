@@ -49,7 +49,7 @@ class Bundle:
     app_id: str
     gangs: tuple[Gang, ...]
     rho: float
-    gain: float  # log(rho_base / rho): the auction's value of the bundle
+    gain: float  # weight x log(rho_base / rho): the auction's value of the bundle (Agent.weight)
     gpus: frozenset[int] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -85,10 +85,16 @@ class Agent:
         homes: Mapping[str, frozenset[int]] | None = None,
         start_cost: float = 0.0,
         kept_free_s: float = math.inf,
+        weight: float = 1.0,
     ) -> None:
         if not 0.0 <= start_cost < 1.0:
             raise ValueError(f"start_cost must be in [0, 1), got {start_cost}")
+        if not (weight > 0 and math.isfinite(weight)):
+            raise ValueError(f"weight must be a number > 0, got {weight!r}")
         self.app = app
+        #: the app's weight in the auction (core/tenancy.auction_weights; 1.0 without tenancy levels): every
+        #: gain is weight x log(rho_base / rho), so winner determination maximises the weighted Nash welfare
+        self.weight = weight
         #: throughput kept over a lease by a gang that must (re)start: a renewal in place keeps it all
         self.start_keep = 1.0 - start_cost
         self.app_id = app.id
@@ -176,7 +182,7 @@ class Agent:
         return virtual_lateness(self._elapsed, self._tid, total, self._after[job.id])
 
     def gain_of(self, extra_throughput: float) -> float:
-        return math.log(self.rho_base) - math.log(self.rho_of(extra_throughput))
+        return self.weight * (math.log(self.rho_base) - math.log(self.rho_of(extra_throughput)))
 
     def _search(self, job: Job, pool: Pool, within: Iterable[str] | None) -> tuple[Search, Sequence[str] | None]:
         """How and where to look for GPUs for `job` (a new start, not its home): the pool's search and the
@@ -294,7 +300,8 @@ class Agent:
                 gangs.append(gang)
                 x += gang.throughput
                 rho = self.rho_of(x)
-                bundles.append(Bundle(self.app_id, tuple(gangs), rho, math.log(self.rho_base) - math.log(rho)))
+                bundles.append(Bundle(self.app_id, tuple(gangs), rho,
+                                      self.weight * (math.log(self.rho_base) - math.log(rho))))
         finally:
             for g in gangs:
                 pool.give(g.gpus)
@@ -304,7 +311,7 @@ class Agent:
         """Value an arbitrary set of gangs for this app."""
         x = sum(g.throughput for g in gangs)
         rho = self.rho_of(x)
-        return Bundle(self.app_id, tuple(gangs), rho, math.log(self.rho_base) - math.log(rho))
+        return Bundle(self.app_id, tuple(gangs), rho, self.weight * (math.log(self.rho_base) - math.log(rho)))
 
 
 #: what an agent derives from its jobs: (bidding order, kinds in bidding order, plain jobs -> their placement

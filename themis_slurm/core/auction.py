@@ -82,6 +82,7 @@ def greedy_fill(
     by: str = "density",
     elastic_small: bool = True,
     restart_s: float = 0.0,
+    limit: int | None = None,
 ) -> dict[str, list[Gang]]:
     """Hand out the pool's GPUs gang by gang to the highest marginal log-gain per GPU.
 
@@ -106,6 +107,9 @@ def greedy_fill(
     placement is worth less than the bound, it goes back with its exact priority. So a gang is placed about
     once, not once per app that took GPUs since it was queued. A kind's placement is reused while all its
     GPUs stay free, and its priorities while the app's throughput is unchanged.
+
+    `limit`, when given, caps the GPUs this fill hands out (the leftover's per-user quotas, core/tenancy.py):
+    an app whose next gang would pass it drops out of the fill, and the fill ends when it is reached.
     """
     if by not in FILL_ORDERS:
         raise ValueError(f"by must be one of {', '.join(FILL_ORDERS)}, got {by!r}")
@@ -206,8 +210,9 @@ def greedy_fill(
             offers = hit[1]
             if hit[3] != x:
                 prios = []
+                w = ag.weight
                 for o in offers:
-                    gain = log_now - log(ag.rho_of(x + o[2]))
+                    gain = w * (log_now - log(ag.rho_of(x + o[2])))
                     prios.append(gain / len(o[0]) if per_gpu else gain)
                 hit[3], hit[4] = x, prios
             prios = hit[4]
@@ -252,7 +257,7 @@ def greedy_fill(
                 return -inf
             if worst_first:
                 return log_now + log(ag.start_keep)  # the same for every plain kind
-            gain = log_now - log(ag.rho_of(x + job.gpus * factors[0] * ag.start_keep))
+            gain = ag.weight * (log_now - log(ag.rho_of(x + job.gpus * factors[0] * ag.start_keep)))
             prio = gain / job.gpus if per_gpu else gain
             if top is None or prio > top:
                 top = prio
@@ -282,9 +287,13 @@ def greedy_fill(
 
     for k in range(len(agents)):
         push(k)
-    while heap and pool.size:  # an empty pool fits nobody: the rest of the heap could only be dropped
+    left = inf if limit is None else limit
+    while heap and pool.size and left > 0:  # an empty pool fits nobody: the rest of the heap could only be dropped
         _, k, qi, offer = heapq.heappop(heap)
         if offer is not None and has(offer[0]):
+            if len(offer[0]) > left:
+                continue  # past the limit: the app is out of this fill
+            left -= len(offer[0])
             take(k, qi, offer)
             continue
         found = evaluate(k)  # a bound, or an offer someone took part of: place the app now
@@ -292,6 +301,9 @@ def greedy_fill(
             continue
         prio, qi, offer = found
         if not heap or (-prio, k) <= heap[0][:2]:  # still first: hand it out
+            if len(offer[0]) > left:
+                continue
+            left -= len(offer[0])
             take(k, qi, offer)
         else:
             heapq.heappush(heap, (-prio, k, qi, offer))

@@ -66,6 +66,7 @@ def rank_by_rho(rs: RoundState) -> None:
         run_s = numbers(job)[1]
         if run_s < free_at.get(aid, math.inf):
             free_at[aid] = run_s
+    weights = rs.weights
     homes_of: dict[str, dict[str, frozenset[int]]] = {}  # app -> its lease holders whose lease expires now
     for jid, gpus in rs.homes.items():
         homes_of.setdefault(jobs[jid].app_id, {})[jid] = gpus
@@ -83,14 +84,15 @@ def rank_by_rho(rs: RoundState) -> None:
         if waiting:
             homes = homes_of.get(app.id, {})  # all among `waiting`: their leases are not kept
             ag = rs.agents[app.id] = Agent(app, rs.model, rs.now, base, waiting, homes, rs.restart_discount,
-                                           free_at.get(app.id, math.inf))  # fmt: skip
+                                           free_at.get(app.id, math.inf), weights.get(app.id, 1.0))  # fmt: skip
             rs.rho_now[app.id] = ag.rho_base  # model.rho(app, now, base) with the kept-GPU floor (agent.py)
         else:
             rs.rho_now[app.id] = rs.model.rho(app, rs.now, base)
     share = rs.cfg.rank_at_share
     if share > 0:
+        # a fair share: 1/N of the cluster, or the app's share of its user's of its account's (tenancy)
         fair = share * (rs.state.cluster_gpus or rs.state.topology.size) / max(1, len(rs.state.apps))
-        rank_rho = {a: rho_at_share(ag, fair) for a, ag in rs.agents.items()}
+        rank_rho = {a: rho_at_share(ag, fair * weights.get(a, 1.0)) for a, ag in rs.agents.items()}
     else:
         rank_rho = rs.rho_now
     urgency = {a: rank_rho[a] * (1.0 if ag.homes else 1.0 - rs.restart_discount) for a, ag in rs.agents.items()}

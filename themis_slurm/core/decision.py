@@ -135,6 +135,12 @@ class AppRecord:
     ranked: int = 0                       # how many apps were ranked (had waiting work) in the round
     kept_by: KeptBy = KeptBy.ALL
     reservation: ReservationNote | None = None
+    # tenancy levels (core/tenancy.py; empty when flat): the app's tenant (("user", (account, user)) or
+    # ("account", (account,))), the GPUs the leftover's quota gave that tenant and the GPUs it holds after
+    # the round (kept leases and everything granted or renewed)
+    tenant: tuple = ()
+    tenant_quota: float | None = None
+    tenant_gpus: int = 0
 
 
 class LazyRecords(Mapping[str, "AppRecord"]):

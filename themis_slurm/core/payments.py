@@ -15,6 +15,10 @@ share is exactly c_i and the round stays a pure function. A withheld gang that i
 lease cut to c_i of a lease instead (the same GPU-time in expectation; the lottery never preempts a
 running job). Then the visibility stop: a winner keeps gangs only until its rho is down to the worst rho
 outside the auction (see :func:`visibility_stop`).
+
+With tenancy levels the bids are weighted (``Agent.weight``, core/tenancy.py): gains are ``w_i log(rho_base /
+rho)`` and ``c_i = (prod_{j!=i} v_j(x*)^{w_j} / prod_{j!=i} v_j(x*_{-i})^{w_j})^{1/w_i}``, the weighted partial
+allocation, truthful by the same argument (docs/design.md, "Tenancy"); with every weight 1 it is the above.
 """
 
 from __future__ import annotations
@@ -150,6 +154,7 @@ def hidden_payments(
     of an equal-valued sum (c_i = 1 - 1e-16 instead of 1).
     """
     out: dict[str, Payment] = {}
+    weights = {a.app_id: a.weight for a in agents}
     best_of: dict[str, float] = {}  # each app's most valuable candidate, for `bound`
     if bound and exact is not None and candidates is not None:
         for b in candidates:
@@ -186,7 +191,8 @@ def hidden_payments(
             minus = sum(by_id[k].bundle(g).gain for k, g in got.items())
         else:
             base = minus = 0.0  # nobody else wants more: x*_{-i} is x* without i, c_i = 1
-        c = math.exp(min(0.0, base - minus))
+        # weighted partial allocation: the others' weighted log-welfare lost, in units of i's own weight
+        c = math.exp(min(0.0, (base - minus) / weights.get(aid, 1.0)))
         kept, withheld = keep_fraction(won, c, (draws or {}).get(aid, 1.0))
         out[aid] = Payment(aid, c, won, kept, withheld)
     return out

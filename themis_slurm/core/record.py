@@ -28,6 +28,7 @@ def record(rs: RoundState) -> Decision:
     grants, preemptions = _actions(rs)
     assert rs.x_star is not None
     rank_of = {aid: k + 1 for k, aid in enumerate(rs.ranked)}
+    tenant_gpus = _tenant_gpus(rs)
     bid_ids = {b.app_id for b in rs.bidders}
     return Decision(
         now=rs.now,
@@ -36,7 +37,8 @@ def record(rs: RoundState) -> Decision:
         preemptions=tuple(preemptions),
         # built when first read (the simulator applies a decision without reading them): nothing they read
         # changes once the round is over (an agent's numbers are fixed when it is made)
-        apps=LazyRecords(lambda: {app.id: _app_record(rs, app.id, rank_of, bid_ids) for app in rs.state.apps}),
+        apps=LazyRecords(lambda: {app.id: _app_record(rs, app.id, rank_of, bid_ids, tenant_gpus)
+                                  for app in rs.state.apps}),
         solver=rs.x_star.solver,
         objective=rs.x_star.objective,
         offered_gpus=rs.offered,
@@ -74,7 +76,24 @@ def _renewal(rs: RoundState, aid: str, g: Gang) -> Renewal:
     return Renewal(g.job_id, aid, g.gpus, rs.cut.get(g.job_id, rs.expiry), cause, cut_s)
 
 
-def _app_record(rs: RoundState, aid: str, rank_of: dict[str, int], bid_ids: set[str]) -> AppRecord:
+def _tenant_gpus(rs: RoundState) -> dict[tuple, int]:
+    """GPUs each tenant holds after the round (leases kept, and every gang granted or renewed); empty when flat."""
+    if not rs.tenant_of:
+        return {}
+    out: dict[tuple, int] = {}
+    for jid, lease in rs.held.items():
+        ent = rs.tenant_of.get(rs.jobs[jid].app_id)
+        if ent is not None:
+            out[ent] = out.get(ent, 0) + len(lease.gpus)
+    for aid, gangs in rs.got.items():
+        ent = rs.tenant_of.get(aid)
+        if ent is not None:
+            out[ent] = out.get(ent, 0) + sum(len(g.gpus) for g in gangs)
+    return out
+
+
+def _app_record(rs: RoundState, aid: str, rank_of: dict[str, int], bid_ids: set[str],
+                tenant_gpus: dict[tuple, int]) -> AppRecord:
     assert rs.x_star is not None
     gangs = rs.got.get(aid, [])
     ag = rs.agents.get(aid)
@@ -110,4 +129,6 @@ def _app_record(rs: RoundState, aid: str, rank_of: dict[str, int], bid_ids: set[
         rank=rank, bid=bid, won_gpus=len(won.gpus) if won else 0, kept_gpus=kept,
         payment_fraction=pay.fraction if pay else None, leftover_gpus=total - kept - by_reservation, outcome=outcome,
         ranked=len(rs.agents), kept_by=kept_by, reservation=rs.reservations.get(aid),
+        tenant=(ent := rs.tenant_of.get(aid, ())), tenant_quota=rs.quota.get(ent) if ent else None,
+        tenant_gpus=tenant_gpus.get(ent, 0) if ent else 0,
     )  # fmt: skip

@@ -15,6 +15,7 @@ from themis_slurm.core.fairness import FairnessModel
 from themis_slurm.core.job_facts import JobFactsCache
 from themis_slurm.core.placement import Pool
 from themis_slurm.core.state import ClusterState, check_state
+from themis_slurm.core.tenancy import auction_weights
 from themis_slurm.core.workload import Job, Lease
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ class RoundState:
     model: FairnessModel
     expiry: float                      # when a lease granted or renewed in full this round ends
     restart_discount: float            # fraction of a lease's throughput a (re)start loses
+    weights: dict[str, float]          # app -> its weight in the auction (core/tenancy.py); empty: all 1.0
     # pool phase
     pool: Pool = field(init=False)
     offered: int = 0                   # GPUs in the pool before anything is taken (free + expiring leases)
@@ -60,6 +62,9 @@ class RoundState:
     cut: dict[str, float] = field(default_factory=dict)                  # renewals paid in lease time: expiry
     kept_gpus: dict[str, int] = field(default_factory=dict)              # per winner, after payment and stop
     stopped: set[str] = field(default_factory=set)                       # winners the visibility stop cut
+    # leftover: per-user quotas with tenancy levels (core/tenancy.quotas; empty when flat)
+    quota: dict[tuple, float] = field(default_factory=dict)              # tenant entity -> GPUs it should hold
+    tenant_of: dict[str, tuple] = field(default_factory=dict)            # app -> its tenant entity
     # the allocation, as every phase from reservation on leaves it
     got: dict[str, list[Gang]] = field(default_factory=dict)             # app -> gangs it starts or keeps
     source: dict[str, GrantSource] = field(default_factory=dict)         # job -> auction|leftover|reservation
@@ -77,6 +82,7 @@ class RoundState:
         return cls(state=state, cfg=cfg, jobs=jobs,
                    model=FairnessModel(topo, state.cluster_gpus or topo.size, cfg.idle_throughput, cache),
                    expiry=state.now + cfg.lease_s,
+                   weights={} if state.tenancy.flat else auction_weights(state.tenancy, state.apps),
                    restart_discount=min(MAX_RESTART_DISCOUNT, cfg.restart_cost_s / cfg.lease_s))
 
     @property

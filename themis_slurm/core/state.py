@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from themis_slurm.core.tenancy import FLAT, Tenancy
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import App, Job, Lease
 
@@ -26,6 +27,10 @@ class ClusterState:
     every call was 3.5% of a run). :func:`check_state` then copies it instead of building it. Not part of
     the state's value (equality, repr); a state made with :func:`dataclasses.replace` and other apps must
     drop it (``job_index=None``).
+
+    `tenancy` is the account -> user -> app tree the apps' shares come from (core/tenancy.py); the default,
+    apps alone, is the paper's 1/N. The caller feeds each app's contention clock with
+    :func:`~themis_slurm.core.tenancy.contention` under the same tenancy, so that T_id and the auction agree.
     """
 
     topology: Topology
@@ -36,6 +41,7 @@ class ClusterState:
     cluster_gpus: int | None = None
     unavailable: frozenset[int] = frozenset()
     job_index: Mapping[str, Job] | None = field(default=None, compare=False, repr=False)
+    tenancy: Tenancy = FLAT
 
     @property
     def managed_gpus(self) -> int:

@@ -1,7 +1,8 @@
 """Winner determination: the bundles of the pool that maximise the product of 1/rho over the bidders.
 
 Themis NSDI 2020, section 4.2 (partial allocation, after Cole et al.): the allocation x* maximises the
-Nash social welfare (the sum of log(1/rho)). `exact` solves it as a MILP over each bidder's candidate
+Nash social welfare (the sum of log(1/rho); weighted by the apps' shares with tenancy levels,
+core/tenancy.py). `exact` solves it as a MILP over each bidder's candidate
 bundles (HiGHS); `fast` is the greedy of core/auction.py; `auto` picks exact for small rounds
 (``exact_max_bidders`` bidders and ``exact_max_gpus`` GPUs in the pool), fast otherwise. The solver objects
 and their candidates stay in the round state because the hidden payments solve the same problem again

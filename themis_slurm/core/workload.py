@@ -116,6 +116,9 @@ class App:
     `finished_work` and `peak_gpus` remember jobs that already left, so T_id does not shrink as an
     app's jobs complete; so does `finished_path`, the latest a finished job could have ended on a private
     cluster (seconds after `arrival`: its submit offset plus work / gpus, see :func:`job_path`).
+    With tenancy levels (core/tenancy.py) `contention` is the time-average of the app's effective N, one
+    over its fraction of the cluster in the account -> user -> app tree; `account` is the Slurm account
+    its jobs run under ("" when unknown) and `owner` its user.
     """
 
     id: str
@@ -126,6 +129,7 @@ class App:
     finished_work: float = 0.0
     peak_gpus: int = 0
     finished_path: float = 0.0
+    account: str = ""
 
     def __post_init__(self) -> None:
         for j in self.jobs:

@@ -36,6 +36,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 
 from themis_slurm.core.decision import Decision
+from themis_slurm.core.tenancy import app_shares
 from themis_slurm.core.workload import Job
 from themis_slurm.policies.base import PolicyContext
 from themis_slurm.policies.common import INF, BaselineScratchpad
@@ -130,8 +131,21 @@ class FairSharePolicy:
         now = pad.now
         capacity = ctx.state.managed_gpus
         demand = {a.id: float(a.demand) for a in ctx.state.apps}
-        share = water_fill(capacity, demand)
+        tenancy = ctx.state.tenancy
+        # with tenancy levels, shares are weighted max-min down the account -> user -> app tree (a fair-share
+        # scheduler with hierarchical queues, as YARN's Fair Scheduler or Slurm's Fair Tree set them up)
+        share = water_fill(capacity, demand) if tenancy.flat else app_shares(tenancy, ctx.state.apps, capacity, demand)
         held = {aid: float(n) for aid, n in pad.app_gpus().items()}
+        # the unit shares are restored for: the app (flat), or its tenant (the user, or the account when
+        # users do not count): the order, the preemption rule and the victims then go by the tenant's GPUs
+        # and share, the apps of one tenant by their own ratio among themselves
+        group = {a.id: a.id for a in ctx.state.apps} if tenancy.flat else \
+            {a.id: ent for a in ctx.state.apps for ent in [tenancy.path(a)[-1]]}  # fmt: skip
+        members: dict[object, list[str]] = {}
+        for aid, g in group.items():
+            members.setdefault(g, []).append(aid)
+        gshare = {g: sum(share[a] for a in ms) for g, ms in members.items()}
+        gheld = {g: sum(held[a] for a in ms) for g, ms in members.items()}
         arrival = {a.id: (a.arrival, a.id) for a in ctx.state.apps}
         queues: dict[str, deque[Job]] = {
             a.id: deque(
@@ -143,14 +157,29 @@ class FairSharePolicy:
         protected_until = INF
 
         def ratio(aid: str) -> tuple:
-            return (held[aid] / share[aid] if share[aid] > 0 else math.inf, arrival[aid])
+            own = (held[aid] / share[aid] if share[aid] > 0 else math.inf, arrival[aid])
+            if tenancy.flat:
+                return own
+            g = group[aid]
+            return (gheld[g] / gshare[g] if gshare[g] > 0 else math.inf, *own)
+
+        def add(aid: str, gpus: float) -> None:
+            """`aid` holds `gpus` more (or fewer): its tenant's other live apps are queued again, their keys moved."""
+            held[aid] += gpus
+            g = group[aid]
+            gheld[g] += gpus
+            if not tenancy.flat:
+                for other in members[g]:
+                    if other != aid and other in live:
+                        heapq.heappush(heap, (ratio(other), other))
 
         def placer(j: Job, p) -> frozenset[int] | None:
             return pad.fit(j, pool=p)
 
         def may_preempt(aid: str, j: Job) -> bool:
             """The app stays within its share with the job, and no job as wide failed to preempt in this call."""
-            return held[aid] + j.gpus <= share[aid] + _TOL and j.gpus < failed_size.get(aid, math.inf)
+            g = group[aid]
+            return gheld[g] + j.gpus <= gshare[g] + _TOL and j.gpus < failed_size.get(aid, math.inf)
 
         order: list[Job] = []
         live = {aid for aid, q in queues.items() if q}
@@ -190,7 +219,7 @@ class FairSharePolicy:
             order.append(job)
             got = pad.fit(job)
             if got is None and may_preempt(aid, job):
-                victims, blocked = self._victims(pad, job, share, held)
+                victims, blocked = self._victims(pad, job, group, gshare, gheld)
                 protected_until = min(protected_until, blocked)
                 before = set(pad.preempted)
                 got = pad.fit_with_preemption(
@@ -202,14 +231,14 @@ class FairSharePolicy:
                     failed_size[aid] = job.gpus
                 for jid in sorted(set(pad.preempted) - before):
                     owner = pad.jobs[jid].app_id
-                    held[owner] -= len(pad.running[jid].gpus)
+                    add(owner, -len(pad.running[jid].gpus))
                     if owner in live:
                         heapq.heappush(heap, (ratio(owner), owner))
             if got is None:
                 pad.wait(job, f"does not fit (app holds {held[aid]:.0f} of its {share[aid]:.1f} GPU share)")
             else:
                 pad.grant(job, got)
-                held[aid] += len(got)
+                add(aid, len(got))
             if aid in live:
                 heapq.heappush(heap, (ratio(aid), aid))
         for a in ctx.state.apps:
@@ -218,29 +247,33 @@ class FairSharePolicy:
         return pad.decision(order)
 
     def _victims(
-        self, pad: BaselineScratchpad, job: Job, share: Mapping[str, float], held: Mapping[str, float]
+        self, pad: BaselineScratchpad, job: Job, group: Mapping[str, object], share: Mapping[object, float],
+        held: Mapping[object, float],
     ) -> tuple[list[str], float]:
         """Jobs `job`'s app may take GPUs from (first = first to go), and when the earliest protected
-        candidate stops being protected (inf if none). Per victim app, jobs are listed (most recently
-        started first) only while the app would stay at or above its share after losing all of them."""
-        per_app: dict[str, list[tuple[float, str]]] = {}
+        candidate stops being protected (inf if none). Per victim unit (an app, or with tenancy levels a
+        tenant: `group` maps apps to units, `share` and `held` are per unit), jobs are listed (most
+        recently started first) only while the unit would stay at or above its share after losing all of
+        them; never from `job`'s own unit."""
+        per_unit: dict[object, list[tuple[float, str]]] = {}
         blocked = INF
+        mine = group[job.app_id]
         for jid, lease in pad.holding().items():
             victim = pad.jobs[jid]
-            if victim.app_id == job.app_id or not victim.preemptible:
+            if group.get(victim.app_id, victim.app_id) == mine or not victim.preemptible:
                 continue
             if pad.now - lease.start < self.min_run_s:
                 blocked = min(blocked, lease.start + self.min_run_s)
                 continue
-            per_app.setdefault(victim.app_id, []).append((-lease.start, jid))
+            per_unit.setdefault(group.get(victim.app_id, victim.app_id), []).append((-lease.start, jid))
         out: list[tuple[tuple, str]] = []
-        for owner, jobs in per_app.items():
-            left = held[owner]
+        for unit, jobs in per_unit.items():
+            left = held[unit]
             for neg_start, jid in sorted(jobs):
                 left -= len(pad.running[jid].gpus)
-                if left < share[owner] - _TOL:
+                if left < share[unit] - _TOL:
                     break
-                out.append(((-(held[owner] - share[owner]), owner, neg_start, jid), jid))
+                out.append(((-(held[unit] - share[unit]), str(unit), neg_start, jid), jid))
         return [jid for _, jid in sorted(out)], blocked
 
     def next_wakeup(self, now: float) -> float | None:

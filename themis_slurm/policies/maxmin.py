@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 
 from themis_slurm.core.decision import Decision
 from themis_slurm.core.placement import Pool
+from themis_slurm.core.tenancy import app_shares
 from themis_slurm.core.workload import App, Job
 from themis_slurm.policies.base import PolicyContext
 from themis_slurm.policies.common import INF, BaselineScratchpad, EpochClock, in_key_order, priority_fill
@@ -122,8 +123,18 @@ class MaxMinPolicy:
         return pad.decision(order, renew_expiry=expiry)
 
     def fractions(self, ctx: PolicyContext, capacity: float) -> dict[str, float]:
-        """The policy: X_j per job (the round mechanism above realises them). Max-min shares here."""
-        return time_fractions({a.id: list(a.jobs) for a in ctx.state.apps}, capacity)
+        """The policy: X_j per job (the round mechanism above realises them). Max-min shares here; with
+        tenancy levels, weighted max-min down the account -> user -> app tree (as Gavel's hierarchical
+        max-min weights entities, then splits an entity's share among its jobs)."""
+        state = ctx.state
+        if state.tenancy.flat:
+            return time_fractions({a.id: list(a.jobs) for a in state.apps}, capacity)
+        widths = {a.id: float(sum(j.gpus for j in a.jobs)) for a in state.apps}
+        shares = app_shares(state.tenancy, state.apps, capacity, widths)
+        out: dict[str, float] = {}
+        for a in state.apps:
+            job_time_fractions(shares[a.id], a.jobs, out, widths[a.id])
+        return out
 
     def next_wakeup(self, now: float) -> float | None:
         return self._wake if self._wake is not None and self._wake > now else None

@@ -7,7 +7,8 @@ PriorityWeightFairshare, PriorityDecayHalfLife) and the backfill scheduler; EASY
 * **Priority** = ``weight_age * min(1, age / max_age_s) + weight_fairshare * F(user)``, age measured from
   job submit. ``F = 2 ** (-(U / S))`` is Slurm's classic fair-share factor: U the user's share of the
   decayed GPU usage of all users, S the user's normalised shares (equal shares among the users known to
-  the policy). Usage is GPU-seconds, decayed with half-life `decay_half_life_s` (Slurm's
+  the policy; with tenancy levels, the user's shares normalised down the account tree, as Slurm's
+  NormShares). Usage is GPU-seconds, decayed with half-life `decay_half_life_s` (Slurm's
   PriorityDecayHalfLife; default 7 days as in Slurm). Users are ``App.owner``.
 * **EASY backfill**: jobs start in priority order while they fit. The first that does not fit gets a
   reservation: the earliest time at which enough GPUs free up for it, from running jobs' estimated ends
@@ -20,14 +21,16 @@ Simplifications (ours): usage is accounted from what this policy saw between its
 each call x time to the next call), so the caller must call it at every completion (the simulator
 does); usage already held decays between calls, and what an interval adds is charged undecayed
 at its end; a job that overran its estimate is assumed to end within a second when
-computing the reservation (Slurm would have killed it at its time limit); no QOS, partitions,
-association hierarchy, job-size or TRES factors; elastic jobs are rigid gangs of their maximum size.
+computing the reservation (Slurm would have killed it at its time limit); no QOS, partitions, or
+job-size or TRES factors (the association tree only as its normalised shares, with tenancy levels);
+elastic jobs are rigid gangs of their maximum size.
 """
 
 from __future__ import annotations
 
 from themis_slurm.core.decision import Decision, GrantSource
 from themis_slurm.core.placement import Pool
+from themis_slurm.core.tenancy import fractions
 from themis_slurm.core.workload import Job
 from themis_slurm.policies.base import PolicyContext
 from themis_slurm.policies.common import BaselineScratchpad, estimated_runtime, in_key_order
@@ -98,8 +101,19 @@ class SlurmPolicy:
         users = len(set(owner.values()) | set(self.usage)) or 1
         waiting = pad.waiting()
         factor: dict[str, float] = {}  # user -> fair-share factor: one sum over the usage per user, not per job
-        for u in set(owner.values()):
-            factor[u] = self.fairshare(u, users)
+        tenancy = ctx.state.tenancy
+        if tenancy.flat:
+            for u in set(owner.values()):
+                factor[u] = self.fairshare(u, users)
+        else:
+            # S = the user's normalised shares down the account tree (Slurm's NormShares: the product of
+            # each level's shares over its siblings'), over the users with work now (core/tenancy.py)
+            norm: dict[str, float] = {}
+            for aid, f in fractions(tenancy, ctx.state.apps).items():
+                norm[owner[aid]] = norm.get(owner[aid], 0.0) + f
+            total = sum(self.usage.values())
+            for u, s_u in norm.items():
+                factor[u] = 1.0 if total <= 0 else 2.0 ** (-(self.usage.get(u, 0.0) / total) / s_u)
         # _priority, inlined (every waiting job, every call); each app's best for its note on the way
         prio: dict[str, float] = {}
         best: dict[str, float] = {}
