@@ -65,6 +65,8 @@ def app_outcome(outcome: Outcome | str, rank: int | None = None, ranked: int | N
             text += f", kept {kept_gpus} after hidden payment c={c}"
         elif kept_by is KeptBy.VISIBILITY:
             text += f", kept {kept_gpus} (rho down to the worst outside the auction)"
+        elif kept_by is KeptBy.QUOTA:
+            text += f", kept {kept_gpus} (its user or account is at its share of the cluster)"
     else:
         f = "?" if fairness_knob is None else f"{fairness_knob}"
         text = f"not offered (rank {rank} of {ranked}; f={f})"

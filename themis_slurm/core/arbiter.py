@@ -8,9 +8,10 @@ module and function):
     wide gangs    wide_gangs.keep_wide_gangs      optional (keep_wide_gangs): started wide gangs renew
                                                   unless their app is clearly ahead (rho < release rho)
     visibility    bidding.rank_by_rho, offer      rank apps with waiting work by rho; the worst 1 - f bid
+    quotas        quota.set_quotas                tenancy levels only: each tenant's GPUs for the next lease
     reservation   reservation.reserve_for_wide_gang   optional (reserve_wide_gangs, on by default): a wide gang's GPUs
     winners       winners.determine_winners       x* = argmax prod 1/rho (exact MILP or fast greedy)
-    payments      payments.charge, keep_winnings  hidden payments c_i; keep up to the visibility stop
+    payments      payments.charge, keep_winnings  hidden payments c_i; keep up to the visibility stop (and quota)
     leftover      leftover.hand_out_leftover      the rest to waiting jobs until none fits, earliest virtual
                                                   deadline first (leftover_order "deadline"; "rho": worst first)
     keep-in-place keep_in_place.keep_in_place     optional (keep_in_place, on by default): no restart that
@@ -32,6 +33,7 @@ from themis_slurm.core.job_facts import JobFactsCache
 from themis_slurm.core.keep_in_place import keep_in_place
 from themis_slurm.core.leftover import hand_out_leftover
 from themis_slurm.core.payments import charge, keep_winnings
+from themis_slurm.core.quota import set_quotas
 from themis_slurm.core.record import record
 from themis_slurm.core.reservation import reserve_for_wide_gang
 from themis_slurm.core.round_state import RoundState
@@ -100,6 +102,7 @@ def run_round(state: ClusterState, config: ArbiterConfig | None = None, cache: J
         keep_wide_gangs(rs)
     rank_by_rho(rs)
     offer(rs)
+    set_quotas(rs)
     if rs.cfg.reserve_wide_gangs:
         reserve_for_wide_gang(rs)
     solved = determine_winners(rs)

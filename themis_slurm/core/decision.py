@@ -31,6 +31,7 @@ class KeptBy(StrEnum):
     ALL = "all"                           # kept everything it won
     PAYMENT = "payment"                   # the hidden payment withheld some
     VISIBILITY = "visibility"             # its rho fell to the worst outside the auction: the rest went on
+    QUOTA = "quota"                       # its tenant (user or account) reached its quota (core/quota.py)
 
 
 class GrantSource(StrEnum):

@@ -12,9 +12,9 @@ re-auctions what is left to the next-worst apps). Why deadlines: most GPUs of a 
 here, and worst-rho-first made apps take turns on the same GPUs at each lease expiry (measured in
 docs/design.md, "Leftover and work conservation").
 
-With tenancy levels (core/tenancy.py), GPUs first go out within per-user quotas: the GPUs in play (held
-for the next lease, won in the auction, and the pool) are water-filled over the account -> user tree by
-shares, capped by what each can use, and each user's apps fill up to its quota (most-behind user first,
+With tenancy levels (core/tenancy.py), GPUs first go out within per-user quotas (core/quota.py: the GPUs in
+play water-filled over the account -> user tree by shares, capped by what each can use): each user's apps
+fill up to its quota (most-behind user first,
 the same groups in the same order), before the passes above hand out what is left to everyone. So the
 leftover follows the tree and not the number of apps a user made: sixteen apps of one user and one app
 of another get the same GPUs when their shares are equal. Without levels there are no quotas (the paper).
@@ -27,8 +27,9 @@ import math
 from themis_slurm.core.agent import Agent, Gang
 from themis_slurm.core.auction import greedy_fill
 from themis_slurm.core.decision import GrantSource
+from themis_slurm.core.quota import room, tenant_gpus
 from themis_slurm.core.round_state import RoundState
-from themis_slurm.core.tenancy import Entity, quotas
+from themis_slurm.core.tenancy import Entity
 
 
 def hand_out_leftover(rs: RoundState) -> None:
@@ -42,7 +43,7 @@ def hand_out_leftover(rs: RoundState) -> None:
     groups.append(list(rs.agents.values()))
     got = rs.got
     order, restart_s = rs.cfg.leftover_order, rs.cfg.restart_cost_s
-    if not rs.state.tenancy.flat and rs.pool.size:
+    if rs.quota and rs.pool.size:
         got = _fill_quotas(rs, groups, got)
     for group in groups:
         if not group or not rs.pool.size:
@@ -56,36 +57,22 @@ def hand_out_leftover(rs: RoundState) -> None:
 
 
 def _fill_quotas(rs: RoundState, groups: list[list[Agent]], got: dict[str, list[Gang]]) -> dict[str, list[Gang]]:
-    """The quota passes: each user's apps (within each group, in order) take leftover GPUs up to what the
-    user still lacks of its quota (core/tenancy.quotas), the user furthest below its quota first."""
-    state = rs.state
-    jobs = rs.jobs
-    held: dict[str, int] = {}  # app -> GPUs it holds for the next lease (kept leases and what it got)
-    for jid, lease in rs.held.items():
-        aid = jobs[jid].app_id
-        held[aid] = held.get(aid, 0) + len(lease.gpus)
-    for aid, gangs in got.items():
-        held[aid] = held.get(aid, 0) + sum(len(g.gpus) for g in gangs)
-    in_play = sum(held.values()) + rs.pool.size
-    demand = {a.id: float(max(rs.model.demand(a), held.get(a.id, 0))) for a in state.apps}
-    target, entity_of = quotas(state.tenancy, state.apps, in_play, demand)
-    rs.quota, rs.tenant_of = target, entity_of
-    have: dict[Entity, int] = {}
-    for aid, n in held.items():
-        ent = entity_of.get(aid)
-        if ent is not None:
-            have[ent] = have.get(ent, 0) + n
+    """The quota passes: each tenant's apps (within each group, in order) take leftover GPUs up to what the
+    tenant still lacks of its quota (core/quota.py), the tenant furthest below its quota first."""
+    if not rs.quota:
+        return got
+    have = tenant_gpus(rs)
     order, restart_s = rs.cfg.leftover_order, rs.cfg.restart_cost_s
     for group in groups:
         by_entity: dict[Entity, list[Agent]] = {}
         for a in group:
-            by_entity.setdefault(entity_of[a.app_id], []).append(a)
+            by_entity.setdefault(rs.tenant_of[a.app_id], []).append(a)
         # most behind first: the smallest fraction of its quota held (ties: the tree's order, which is stable)
-        ranked = sorted(by_entity, key=lambda e: have.get(e, 0) / target[e] if target[e] > 0 else math.inf)
+        ranked = sorted(by_entity, key=lambda e: have.get(e, 0) / rs.quota[e] if rs.quota[e] > 0 else math.inf)
         for ent in ranked:
             if not rs.pool.size:
                 return got
-            left = math.floor(target[ent] + 1e-9) - have.get(ent, 0)
+            left = room(rs, ent, have)
             if left <= 0:
                 continue
             agents = by_entity[ent]

@@ -14,7 +14,8 @@ are kept: the last one by a lottery number drawn from a hash of (seed, now, app 
 share is exactly c_i and the round stays a pure function. A withheld gang that is a renewal stays on a
 lease cut to c_i of a lease instead (the same GPU-time in expectation; the lottery never preempts a
 running job). Then the visibility stop: a winner keeps gangs only until its rho is down to the worst rho
-outside the auction (see :func:`visibility_stop`).
+outside the auction (see :func:`visibility_stop`), and, with tenancy levels, only while its tenant stays
+within its quota (core/quota.py).
 
 With tenancy levels the bids are weighted (``Agent.weight``, core/tenancy.py): gains are ``w_i log(rho_base /
 rho)`` and ``c_i = (prod_{j!=i} v_j(x*)^{w_j} / prod_{j!=i} v_j(x*_{-i})^{w_j})^{1/w_i}``, the weighted partial
@@ -32,6 +33,7 @@ from themis_slurm.core.agent import Agent, Bundle, Gang
 from themis_slurm.core.auction import Allocation, ExactSolver, greedy_fill
 from themis_slurm.core.decision import GrantSource
 from themis_slurm.core.placement import Pool
+from themis_slurm.core.quota import quota_stop, tenant_gpus
 from themis_slurm.core.round_state import RoundState
 from themis_slurm.core.winners import Solved
 
@@ -52,7 +54,11 @@ def keep_winnings(rs: RoundState) -> None:
     assert rs.x_star is not None
     outside = [rs.rho_now[a] for a in rs.ranked[len(rs.bidders):]]
     level = max(outside) if outside else 0.0  # the worst rho outside the auction
-    for aid, won in rs.x_star.bundles.items():
+    have = tenant_gpus(rs) if rs.quota else {}
+    winners = rs.x_star.bundles.items()
+    if rs.quota:  # a tenant's quota goes to its worst-off winners first
+        winners = sorted(winners, key=lambda kv: (-rs.rho_now[kv[0]], kv[0]))
+    for aid, won in winners:
         kept: Sequence[Gang] = won.gangs
         pay = rs.payments.get(aid)
         if pay is not None:
@@ -64,6 +70,11 @@ def keep_winnings(rs: RoundState) -> None:
         stop = visibility_stop(rs.agents[aid], kept, level)
         if len(stop) < len(kept):
             rs.stopped.add(aid)
+        if rs.quota:
+            within = quota_stop(rs, aid, stop, have)
+            if len(within) < len(stop):
+                rs.quota_stopped.add(aid)
+            stop = within
         rs.kept_gpus[aid] = sum(len(g.gpus) for g in stop)
         rs.award(aid, list(stop), GrantSource.AUCTION)
 

@@ -20,6 +20,7 @@ from themis_slurm.core.decision import (
     Renewal,
     RenewalCause,
 )
+from themis_slurm.core.quota import tenant_gpus as tenant_gpus_of
 from themis_slurm.core.round_state import RoundState
 
 
@@ -28,7 +29,7 @@ def record(rs: RoundState) -> Decision:
     grants, preemptions = _actions(rs)
     assert rs.x_star is not None
     rank_of = {aid: k + 1 for k, aid in enumerate(rs.ranked)}
-    tenant_gpus = _tenant_gpus(rs)
+    tenant_gpus = tenant_gpus_of(rs) if rs.tenant_of else {}
     bid_ids = {b.app_id for b in rs.bidders}
     return Decision(
         now=rs.now,
@@ -76,22 +77,6 @@ def _renewal(rs: RoundState, aid: str, g: Gang) -> Renewal:
     return Renewal(g.job_id, aid, g.gpus, rs.cut.get(g.job_id, rs.expiry), cause, cut_s)
 
 
-def _tenant_gpus(rs: RoundState) -> dict[tuple, int]:
-    """GPUs each tenant holds after the round (leases kept, and every gang granted or renewed); empty when flat."""
-    if not rs.tenant_of:
-        return {}
-    out: dict[tuple, int] = {}
-    for jid, lease in rs.held.items():
-        ent = rs.tenant_of.get(rs.jobs[jid].app_id)
-        if ent is not None:
-            out[ent] = out.get(ent, 0) + len(lease.gpus)
-    for aid, gangs in rs.got.items():
-        ent = rs.tenant_of.get(aid)
-        if ent is not None:
-            out[ent] = out.get(ent, 0) + sum(len(g.gpus) for g in gangs)
-    return out
-
-
 def _app_record(rs: RoundState, aid: str, rank_of: dict[str, int], bid_ids: set[str],
                 tenant_gpus: dict[tuple, int]) -> AppRecord:
     assert rs.x_star is not None
@@ -122,6 +107,8 @@ def _app_record(rs: RoundState, aid: str, rank_of: dict[str, int], bid_ids: set[
         outcome = Outcome.WON
         if pay is not None and pay.withheld:
             kept_by = KeptBy.PAYMENT
+        elif aid in rs.quota_stopped:
+            kept_by = KeptBy.QUOTA
         elif kept < len(won.gpus):
             kept_by = KeptBy.VISIBILITY
     return AppRecord(

@@ -11,11 +11,12 @@ would have to reserve them again.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from themis_slurm.core.agent import Agent, Gang
 from themis_slurm.core.decision import GrantSource, Renewal, RenewalCause, ReservationNote
 from themis_slurm.core.placement import Pool, get_profile, throughput
+from themis_slurm.core.quota import room, tenant_gpus
 from themis_slurm.core.round_state import RoundState
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.wide_gangs import WIDE_GANG_GPUS
@@ -25,7 +26,14 @@ from themis_slurm.core.workload import Job, Lease
 def reserve_for_wide_gang(rs: RoundState) -> None:
     """Reservation phase: start the gang on its reservation, or hold the part of it that is free now."""
     topo, now = rs.state.topology, rs.now
-    res = _pick_gang(topo, now, rs.cfg.lease_s, rs.bidders, rs.pool, rs.held, rs.jobs, rs.homes)
+    fits = None
+    if rs.quota:  # tenancy levels: only a gang its tenant has room for within its quota (core/quota.py)
+        have = tenant_gpus(rs)
+
+        def fits(ag: Agent, job: Job) -> bool:
+            return room(rs, rs.tenant_of[ag.app_id], have) >= job.gpus
+
+    res = _pick_gang(topo, now, rs.cfg.lease_s, rs.bidders, rs.pool, rs.held, rs.jobs, rs.homes, fits)
     if res is None:
         return
     ag, job, target, start_by = res
@@ -53,6 +61,7 @@ def reserve_for_wide_gang(rs: RoundState) -> None:
 def _pick_gang(
     topo: Topology, now: float, lease_s: float, bidders: Sequence[Agent], pool: Pool,
     held: Mapping[str, Lease], jobs: Mapping[str, Job], homes: Mapping[str, frozenset[int]] | None = None,
+    fits: Callable[[Agent, Job], bool] | None = None,
 ) -> tuple[Agent, Job, frozenset[int], float] | None:
     """The gang to reserve for, the GPUs it gets, and when they are all free (None: nothing to reserve;
     a gang whose lease expires now gets its own GPUs, now).
@@ -77,13 +86,16 @@ def _pick_gang(
     uniform 1-3x estimate errors: without this, an 8-GPU job that needed 5 h of running was started 12
     times by reservations between 258 h and 309 h, and each time the leftover gave its GPUs at the next
     expiry to other apps (docs/design.md, The round, "The reserved gang keeps its GPUs").
+
+    `fits`, when given (tenancy levels), skips a bidder whose gang its tenant has no room for within its
+    quota: a reservation is a start outside the auction, and must not carry a user past its share.
     """
     avail: dict[int, float] | None = None  # when each GPU is free; built once, when some bidder has a gang
     homed: frozenset[int] = frozenset()
     for ag in bidders:
         job = next((j for j in ag.jobs if j.gpus >= WIDE_GANG_GPUS and not j.elastic
                     and now - j.submit >= lease_s), None)  # fmt: skip
-        if job is None:
+        if job is None or (fits is not None and not fits(ag, job)):
             continue
         if job.id in ag.homes:
             return ag, job, ag.homes[job.id], now

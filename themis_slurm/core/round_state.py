@@ -62,6 +62,7 @@ class RoundState:
     cut: dict[str, float] = field(default_factory=dict)                  # renewals paid in lease time: expiry
     kept_gpus: dict[str, int] = field(default_factory=dict)              # per winner, after payment and stop
     stopped: set[str] = field(default_factory=set)                       # winners the visibility stop cut
+    quota_stopped: set[str] = field(default_factory=set)                 # winners their tenant's quota cut
     # leftover: per-user quotas with tenancy levels (core/tenancy.quotas; empty when flat)
     quota: dict[tuple, float] = field(default_factory=dict)              # tenant entity -> GPUs it should hold
     tenant_of: dict[str, tuple] = field(default_factory=dict)            # app -> its tenant entity

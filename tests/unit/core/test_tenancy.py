@@ -9,9 +9,11 @@ from collections import Counter
 
 import pytest
 
+from themis_slurm import reasons
 from themis_slurm.core.agent import Agent
 from themis_slurm.core.arbiter import ArbiterConfig, run_round
 from themis_slurm.core.auction import ExactSolver
+from themis_slurm.core.decision import GrantSource, KeptBy
 from themis_slurm.core.fairness import FairnessModel, job_throughput
 from themis_slurm.core.payments import hidden_payments
 from themis_slurm.core.placement import Pool
@@ -28,7 +30,7 @@ from themis_slurm.core.tenancy import (
     water_fill,
 )
 from themis_slurm.core.topology import Topology
-from themis_slurm.core.workload import App, Job
+from themis_slurm.core.workload import App, Job, Lease
 
 from .instances import random_state
 
@@ -272,3 +274,25 @@ def test_slurm_policy_uses_normalised_shares_down_the_tree() -> None:
     d = p.schedule(PolicyContext(state, frozenset({"arrival"})))
     notes = {a: r.note for a, r in d.apps.items()}
     assert f"{2 ** (-0.5 / 0.75):.3f}" in notes["p"] and f"{2 ** (-0.5 / 0.25):.3f}" in notes["q"], notes
+
+
+def test_an_auction_win_stops_at_the_tenant_quota() -> None:
+    """User A (12 apps that waited long: the worst rho, so A's apps bid) holds 4 of 8 GPUs, user B holds 3;
+    one GPU is free. A's app wins it in the auction, but A is at its quota of 4: the win goes to the
+    leftover, which gives it to B (without the quota stop, A held 5 and B 3)."""
+    tenancy = Tenancy(levels=("user", "app"))
+    now = 5000.0
+    apps = [App(f"A{i}", "alice", 0.0, (Job(f"a{i}", f"A{i}", 1, 7200.0),)) for i in range(12)]
+    apps.append(App("B", "bob", 4000.0, tuple(
+        Job(f"b{j}", "B", 1, 7200.0, done=900.0 if j < 3 else 0.0, service=900.0 if j < 3 else 0.0)
+        for j in range(12))))  # fmt: skip
+    leases = [Lease(f"a{i}", frozenset({i}), now - 100, now + 500) for i in range(4)] + \
+        [Lease(f"b{j}", frozenset({4 + j}), now - 100, now + 500) for j in range(3)]  # fmt: skip
+    state = ClusterState(Topology.uniform(1, 2, 4), now, frozenset({7}), tuple(leases),
+                         tuple(_with_clocks(tenancy, apps)), tenancy=tenancy)  # fmt: skip
+    d = run_round(state)
+    winner = next(r for r in d.apps.values() if r.won_gpus)
+    assert winner.app_id.startswith("A") and winner.kept_gpus == 0 and winner.kept_by is KeptBy.QUOTA
+    assert "is at its share" in reasons.app_record(winner)
+    assert [(g.job_id, g.source) for g in d.grants] == [("b10", GrantSource.LEFTOVER)]
+    assert d.apps["B"].tenant_gpus == 4 == d.apps["A0"].tenant_gpus
