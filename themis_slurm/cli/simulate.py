@@ -8,6 +8,8 @@ Defaults are read from the dataclasses that own them, never written here: Themis
 :class:`~themis_slurm.sim.engine.SimConfig`, the workload's from :class:`~themis_slurm.sim.runner.WorkloadSpec`.
 ``--restart-cost`` sets both the cost the simulated world charges (SimConfig) and the cost Themis's bids
 assume (ArbiterConfig): one value, so that Themis's model of the world is right.
+``--levels`` and ``--shares`` set the tenancy (``SimConfig.tenancy``, read by themis_slurm.sim.tenants): which
+levels of the account -> user -> app tree an app's share comes from, and the accounts' and users' shares.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import click
 
 from themis_slurm.core.arbiter import LEFTOVER_ORDERS, SOLVERS, ArbiterConfig
 from themis_slurm.core.calibration import CalibrationConfig
+from themis_slurm.core.tenancy import Tenancy
 from themis_slurm.core.topology import Topology
 from themis_slurm.policies import NAMES
 from themis_slurm.sim import report
@@ -32,6 +35,7 @@ from themis_slurm.sim.estimate_error import EstimateError
 from themis_slurm.sim.loaders.sacct import GROUP_BY as SACCT_GROUP_BY
 from themis_slurm.sim.metrics import ACTUAL, actual_metrics
 from themis_slurm.sim.runner import SweepRun, WorkloadSpec, run_policies
+from themis_slurm.sim.tenants import make_tenancy, parse_levels
 from themis_slurm.sim.trace import TraceError
 
 SWEEPABLE = ("fairness-knob", "lease", "contention", "sensitive-fraction")
@@ -151,6 +155,14 @@ class _Progress:
 @click.option("--calibration-raise-above", type=click.FloatRange(min=1), default=_SIM.calibration.raise_above,
               show_default=True, help="Raise the estimates of a user whose jobs outrun them by more than this "
                                       "(median), down to this tolerance; inf: never.")
+@click.option("--levels", default="app", show_default=True,
+              help="Tenancy: the levels an app's share comes from, top-down, ending with app: app (each app "
+                   "1/N, the paper's), user,app (each user with work an equal share, split among its apps) "
+                   "or account,user,app. Users and accounts come from the trace (Philly's virtual cluster, "
+                   "sacct's User and Account, chronus user).")
+@click.option("--shares", "shares_path", type=click.Path(dir_okay=False),
+              help="CSV account,user,shares: the accounts' shares (rows with an empty user) and the users' "
+                   "within them; missing ones have 1. Needs --levels with account or user.")
 @click.option("--seed", type=int, default=_ARB.seed, show_default=True,
               help="Seeds the workload, the estimate errors and Themis's lottery.")
 @click.option("--sweep", help="NAME=v1,v2,... with NAME in fairness-knob, lease, contention, sensitive-fraction.")
@@ -204,7 +216,7 @@ def _run(spec: WorkloadSpec, topo: Topology, names: list[str], knobs: ArbiterCon
         if isinstance(exc, InvalidDecision):
             raise
         raise click.UsageError(str(exc)) from None
-    actual = actual_metrics(trace, topo, cfg.default_profile)  # a replayed Slurm history: what really happened
+    actual = actual_metrics(trace, topo, cfg.default_profile, cfg.tenancy)  # a replayed Slurm history: what really happened
     if actual is not None:
         metrics[ACTUAL] = actual
     return metrics
@@ -302,6 +314,7 @@ def _options(o: dict[str, Any]):
                    f"{o['calibration_min_jobs']}")
     calibration = CalibrationConfig(o["calibrate"], o["calibration_min_jobs"], o["calibration_window"],
                                     o["calibration_raise_above"])
+    tenancy = _tenancy(o["levels"], o["shares_path"])
     knobs = replace(_ARB, fairness_knob=o["fairness_knob"], lease_s=o["lease"], seed=o["seed"],
                     restart_cost_s=o["restart_cost"], solver=o["solver"],
                     reserve_wide_gangs=o["reserve_wide_gangs"], keep_wide_gangs=o["keep_wide_gangs"],
@@ -309,12 +322,35 @@ def _options(o: dict[str, Any]):
                     leftover_order=o["leftover_order"])  # fmt: skip
     cfg = SimConfig(restart_cost_s=o["restart_cost"], estimate_error=err, seed=o["seed"], elastic=o["elastic"],
                     node_shaped=o["node_shaped"], round_interval_s=o["round_interval"],
-                    progress_interval_s=o["progress_interval"], calibration=calibration)  # fmt: skip
+                    progress_interval_s=o["progress_interval"], calibration=calibration,
+                    tenancy=tenancy)  # fmt: skip
     names = _parse_policies(o["policies"])
     sweep = _parse_sweep(o["sweep"], spec.kind == "paper")
     return spec, topo, knobs, cfg, names, sweep
 
 
+def _tenancy(levels: str, shares: str | None) -> Tenancy:
+    """The SimConfig.tenancy of --levels and --shares (bad ones exit 2 naming the option, line and value)."""
+    try:
+        lv = parse_levels(levels)
+    except ValueError as exc:
+        raise _bad("--levels", str(exc)) from None
+    if shares is not None:
+        if lv == ("app",):
+            raise _bad("--shares", "needs --levels with account or user (with the levels app every app has 1/N)")
+        if not Path(shares).is_file():
+            raise _bad("--shares", f"{shares!r}: no such file")
+    try:
+        return make_tenancy(lv, shares)
+    except TraceError as exc:  # SharesError: file:line, field and value
+        raise _bad("--shares", str(exc)) from None
+    except (ValueError, OSError) as exc:
+        raise _bad("--shares", str(exc)) from None
+
+
 def _meta(o: dict[str, Any]) -> dict[str, Any]:
-    """The options of the run, recorded next to its results."""
-    return {k: v for k, v in o.items() if k not in ("as_json", "progress", "out")}
+    """The options of the run, recorded next to its results (the tenancy only when it is not the paper's
+    flat one, so that a flat run's record is what it always was)."""
+    flat = o.get("levels") == "app" and o.get("shares_path") is None
+    skip = ("as_json", "progress", "out", *(("levels", "shares_path") if flat else ()))
+    return {k: v for k, v in o.items() if k not in skip}

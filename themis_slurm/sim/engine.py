@@ -38,6 +38,21 @@ Model (choices and why):
   contention is the time-average of max(1, N) over its life so far, which is what
   :class:`~themis_slurm.core.fairness.ContentionClock` computes; a single cluster-wide clock is kept and each
   app remembers its integral at arrival, so the cost per event does not grow with the number of apps.
+* **Tenancy** (``SimConfig.tenancy``, core/tenancy.py): with levels above the app (account, user), an app's
+  N at an instant is its effective N, one over its fraction of the cluster in the account -> user -> app
+  tree of the apps with present jobs (:func:`~themis_slurm.core.tenancy.contention`), and its contention is
+  the time-average of that. The core splits the lowest entity's fraction (a user's, or an account's when
+  users do not count) equally among its apps, so all present apps of one entity have the same N: the
+  simulator keeps one integral per entity (:class:`_G`), asks the core for one app per entity whenever the
+  set of apps with present jobs changes (once per instant, before the clock moves on or the policy is
+  called) and multiplies by the entity's number of present apps; each app keeps the entity's integral at
+  its (re)activation. This costs O(entities) per change instead of O(apps) (philly_mix1 grouped by job has
+  ~1,400 apps present at once in 11 entities); the first change with two apps under one entity is checked
+  against the core's answer for every app, so a core that stops splitting equally is caught, not followed.
+  An app with no present job for a while (its next jobs not yet arrived) keeps the N it last had, as a
+  :class:`~themis_slurm.core.fairness.ContentionClock` that is not advanced until the app is seen again does. The state carries the tenancy and each app its account (its first job's) and owner (its
+  first job's user). With the levels ``("app",)`` (the default) none of this runs: the cluster-wide clock
+  above is the whole story and every result is what it always was.
 * The state passed to the policy holds only apps with present jobs and only their present jobs (waiting
   ones first, then running ones, each in arrival order); an app's
   ``finished_work`` is the true work of its completed jobs and ``peak_gpus`` its peak concurrent demand.
@@ -60,6 +75,8 @@ from themis_slurm.core.calibration import NONE, CalibrationConfig, UserHistory, 
 from themis_slurm.core.decision import Decision
 from themis_slurm.core.placement import DEFAULT_PROFILE, get_profile
 from themis_slurm.core.state import ClusterState
+from themis_slurm.core.tenancy import FLAT, Tenancy
+from themis_slurm.core.tenancy import contention as tenancy_contention
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import App, Job, Lease, refine_by_progress
 from themis_slurm.gc_pause import collector_paused
@@ -120,6 +137,9 @@ class SimConfig:
         the policy is called at most once per interval, at multiples of it (like Slurm's sched_min_interval or
         the Themis YARN prototype's periodic rounds): completions free GPUs at once but they are handed out
         at the next tick. An approximation that trades fidelity for speed on very large traces.
+    tenancy: which levels of the account -> user -> app tree count and their shares (core/tenancy.py;
+        sim/tenants.py reads ``themis simulate --levels/--shares``). The default, apps alone, is the paper's
+        1/N share; the policies see it as ``ClusterState.tenancy``.
     """
 
     restart_cost_s: float = ArbiterConfig.restart_cost_s  # the world's cost; by default what Themis assumes
@@ -134,6 +154,7 @@ class SimConfig:
     round_interval_s: float = 0.0
     progress_interval_s: float = 0.0
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
+    tenancy: Tenancy = FLAT
 
     def __post_init__(self) -> None:
         if not (self.progress_interval_s >= 0 and math.isfinite(self.progress_interval_s)):
@@ -149,7 +170,11 @@ class SimConfig:
 
 @dataclass(frozen=True, slots=True)
 class JobResult:
-    """One job's record: times in seconds, work in ideal GPU-seconds, gpu_seconds = GPU time held."""
+    """One job's record: times in seconds, work in ideal GPU-seconds, gpu_seconds = GPU time held.
+
+    `holds` is every interval it held GPUs: (start, end, GPUs), in order; the job waited the rest of
+    [arrival, finish] (per-user GPU time while waiting, sim/metrics.py, is computed from these).
+    """
 
     job_id: str
     app_id: str
@@ -163,6 +188,7 @@ class JobResult:
     gpu_seconds: float
     starts: int
     preemptions: int
+    holds: tuple[tuple[float, float, int], ...] = ()
 
     @property
     def jct(self) -> float:
@@ -171,7 +197,8 @@ class JobResult:
 
 @dataclass(frozen=True, slots=True)
 class AppResult:
-    """One app's record. `contention` is the time-averaged N over [arrival, finish]."""
+    """One app's record. `contention` is the time-averaged N over [arrival, finish] (the effective N under
+    ``SimConfig.tenancy``); `account` is its first job's account ("" when the trace has none)."""
 
     app_id: str
     owner: str
@@ -181,6 +208,7 @@ class AppResult:
     peak_gpus: int
     true_work: float
     n_jobs: int
+    account: str = ""
 
 
 @dataclass(frozen=True)
@@ -208,7 +236,7 @@ class _J:
         "tj", "id", "app", "gpus", "true_work", "est", "est0", "profile", "factors", "gpn", "nodes", "elastic",
         "state", "done", "service", "t_base", "progress_from", "rate", "held", "lease", "version",
         "lease_token", "needs_restart", "first_start", "finish", "starts", "preemptions", "snap", "holding",
-        "reported",
+        "reported", "hold_from", "holds",
     )  # fmt: skip
 
     def __init__(self, tj: TraceJob, est: float, profile: str, gpn: int | None, nodes: int | None, elastic: bool):
@@ -233,6 +261,8 @@ class _J:
         self.starts = self.preemptions = 0
         self.snap: Job | None = None  # cached snapshot while waiting (nothing about it changes)
         self.reported: float | None = None  # fraction of true work done at its last progress report
+        self.hold_from = 0.0  # when it last started (its current hold, while running)
+        self.holds: list[tuple[float, float, int]] = []  # (start, end, GPUs) of every finished hold
 
 
 class _A:
@@ -240,10 +270,19 @@ class _A:
 
     __slots__ = ("id", "owner", "arrival", "cint0", "total", "completed", "present", "demand", "peak",
                  "finished_work", "finished_path", "finish", "contention", "running", "snaps",
-                 "runners")  # fmt: skip
+                 "runners", "account", "shell", "group", "base", "nint", "nt", "ncur")  # fmt: skip
 
-    def __init__(self, app_id: str, owner: str, arrival: float, cint0: float, total: int) -> None:
+    def __init__(self, app_id: str, owner: str, arrival: float, cint0: float, total: int,
+                 account: str = "") -> None:
         self.id, self.owner, self.arrival, self.cint0, self.total = app_id, owner, arrival, cint0, total
+        self.account = account
+        #: with tenancy levels: the app as core/tenancy.py sees it (id, owner, account) and its entity; its
+        #: integral of effective N over [arrival, `nt`] when not present (then `ncur` is the N it keeps), or
+        #: up to its last activation while present, when `base` is its entity's integral at that moment
+        self.shell = App(app_id, owner, arrival, account=account)
+        self.group: _G | None = None
+        self.base = self.nint = 0.0
+        self.nt, self.ncur = arrival, 1.0
         self.completed = 0
         self.present: dict[str, _J] = {}
         self.demand = self.peak = 0
@@ -256,6 +295,24 @@ class _A:
         self.snaps: tuple[Job, ...] | None = None
         #: its running jobs in arrival order, kept (and dropped) with `snaps`: no pass over all its jobs
         self.runners: tuple[_J, ...] = ()
+
+
+class _G:
+    """With tenancy levels: the lowest entity above some apps (a user, or an account), whose present apps
+    all have the same effective N `n` (the core splits its fraction equally). `integral` is the integral
+    of that N over [0, `t`] (valid, with `n` in force since `t`: :meth:`at`); `rep` is one of its apps, the
+    one the core is asked about."""
+
+    __slots__ = ("rep", "count", "integral", "t", "n")
+
+    def __init__(self, rep: App) -> None:
+        self.rep = rep
+        self.count = 0  # its apps with present jobs
+        self.integral = self.t = 0.0
+        self.n = 1.0
+
+    def at(self, t: float) -> float:
+        return self.integral + (t - self.t) * self.n
 
 
 Observer = Callable[["Simulator", Decision], None]
@@ -315,6 +372,11 @@ class Simulator:
         self._wake_token = 0
         self._now = 0.0
         self._cint = 0.0  # integral of max(1, N) dt since time 0
+        self._nested = not self.cfg.tenancy.flat  # apps' N from the tenancy tree (each its own integral)
+        self._tdirty = False  # the set of apps with present jobs changed at `_now` since the last _retally
+        self._groups: dict[object, _G] = {}  # every entity seen, by (level, key)
+        self._gactive: dict[object, _G] = {}  # the entities with present apps, in order of (re)activation
+        self._gchecked = False  # the grouping was checked against the core's answer for every app
         self._busy_times: list[float] = []
         self._busy_vals: list[int] = []
         self._allocs: list[tuple[str, frozenset[int], float, float]] = []
@@ -460,16 +522,75 @@ class Simulator:
     def _advance(self, t: float) -> None:
         """Move the clock to t, integrating the contention of the interval just ended."""
         if t > self._now:
+            if self._tdirty:
+                self._retally()
             self._cint += (t - self._now) * max(1, len(self._active))
             self._now = t
+
+    def _retally(self) -> None:
+        """With tenancy levels: the set of apps with present jobs changed at `_now`. Bring each entity's
+        integral up to now at the N it had, then give it its new N: the core's N for one app of it (as if
+        alone under it) times its number of present apps."""
+        t = self._now
+        groups = list(self._gactive.values())
+        for g in groups:
+            g.integral = g.at(t)
+            g.t = t
+        n = tenancy_contention(self.cfg.tenancy, [g.rep for g in groups])
+        for g in groups:
+            g.n = n[g.rep.id] * g.count
+        self._tdirty = False
+        if not self._gchecked and any(g.count > 1 for g in groups):
+            self._gchecked = True
+            full = tenancy_contention(self.cfg.tenancy, [a.shell for a in self._active.values()])
+            for a in self._active.values():
+                assert a.group is not None
+                if not math.isclose(full[a.id], a.group.n, rel_tol=1e-9):
+                    raise RuntimeError(f"core/tenancy.py gives app {a.id!r} N = {full[a.id]:g}, not its share of "
+                                       f"its entity's ({a.group.n:g}): it no longer splits an entity's fraction "
+                                       "equally among its apps, which sim/engine.py's grouping relies on")  # fmt: skip
+
+    def _activate(self, a: _A, t: float) -> None:
+        """With tenancy levels: `a` has present jobs again (or for the first time) at t."""
+        a.nint += (t - a.nt) * a.ncur  # the N it kept while it had none (nothing for a new app)
+        g = a.group
+        if g is None:
+            key = self.cfg.tenancy.path(a.shell)[-1]
+            g = a.group = self._groups.get(key) or self._groups.setdefault(key, _G(a.shell))
+        a.base = g.at(t)
+        g.count += 1
+        if g.count == 1:
+            self._gactive[id(g)] = g
+        self._tdirty = True
+
+    def _deactivate(self, a: _A, t: float) -> None:
+        """With tenancy levels: `a`'s last present job ended at t; it keeps its N until it comes back."""
+        g = a.group
+        assert g is not None
+        a.nint += g.at(t) - a.base
+        a.nt, a.ncur = t, g.n
+        g.count -= 1
+        if not g.count:
+            del self._gactive[id(g)]
+        self._tdirty = True
+
+    def _contention_of(self, a: _A, t: float) -> float:
+        """With tenancy levels: `a`'s time-averaged effective N over [arrival, t] (its N now when t is its
+        arrival). Call after _retally."""
+        g = a.group
+        if g is not None and a.present:
+            return g.n if t <= a.arrival else (a.nint + g.at(t) - a.base) / (t - a.arrival)
+        return a.ncur if t <= a.arrival else (a.nint + (t - a.nt) * a.ncur) / (t - a.arrival)
 
     # ----------------------------------------------------------------- job transitions
     def _arrive(self, j: _J, t: float) -> None:
         a = self._apps.get(j.app)
         if a is None:
-            a = self._apps[j.app] = _A(j.app, j.tj.user, t, self._cint, self._app_total[j.app])
+            a = self._apps[j.app] = _A(j.app, j.tj.user, t, self._cint, self._app_total[j.app], j.tj.account)
         if not a.present:
             self._active[a.id] = a
+            if self._nested:
+                self._activate(a, t)
         a.present[j.id] = j
         a.snaps = None
         if self.cfg.calibration.enabled:
@@ -494,6 +615,7 @@ class Simulator:
         if self.cfg.record_allocations:
             self._allocs.append((j.id, j.held, j.lease.start if j.lease else t, t))
         self._free |= j.held
+        j.holds.append((j.hold_from, t, len(j.held)))
         del self._running[j.id]
         del self._holdings[j.id]
         a = self._apps[j.app]
@@ -521,9 +643,14 @@ class Simulator:
         a.finished_path = max(a.finished_path, max(0.0, j.tj.arrival_s - a.arrival) + j.true_work / j.gpus)
         if not a.present:
             del self._active[a.id]
+            if self._nested:
+                self._deactivate(a, t)
         if a.completed == a.total:
             a.finish = t
-            a.contention = (self._cint - a.cint0) / (t - a.arrival) if t > a.arrival else 1.0
+            if self._nested:
+                a.contention = self._contention_of(a, t)
+            else:
+                a.contention = (self._cint - a.cint0) / (t - a.arrival) if t > a.arrival else 1.0
         cal = self.cfg.calibration
         ratio = finished_ratio(j.est0, j.true_work) if cal.enabled else None
         if ratio is not None:
@@ -570,7 +697,7 @@ class Simulator:
         a.snaps = None
         j.holding = self._holdings[j.id] = Holding(j.app, gpus, True)
         j.rate = len(gpus) * j.factors[self.topo.level_of(gpus)]
-        j.t_base = t
+        j.t_base = j.hold_from = t
         j.progress_from = t + (self.cfg.restart_cost_s if j.needs_restart else 0.0)
         j.starts += 1
         if j.starts == 1:
@@ -626,6 +753,9 @@ class Simulator:
             self._index_holes = 0
         apps: list[App] = []
         n_now = max(1, len(self._active))
+        nested = self._nested
+        if self._tdirty:
+            self._retally()
         snapshot = self._snapshot
         for a in self._active.values():
             # waiting jobs first, then running ones, each in arrival order: the waiting snapshots are the
@@ -644,12 +774,16 @@ class Simulator:
                 for s in now_running:
                     index[s.id] = s
                 snaps += now_running
-            contention = (self._cint - a.cint0) / (t - a.arrival) if t > a.arrival else n_now
+            if nested:
+                contention = self._contention_of(a, t)
+            else:
+                contention = (self._cint - a.cint0) / (t - a.arrival) if t > a.arrival else n_now
             apps.append(App(a.id, a.owner, a.arrival, snaps, contention, a.finished_work, a.peak,
-                            a.finished_path))
+                            a.finished_path, a.account))
         leases = tuple(j.lease for j in self._running.values() if j.lease is not None)
         free = frozenset(self._free)
-        state = ClusterState(self.topo, t, free, leases, tuple(apps), self.topo.size, job_index=index)
+        state = ClusterState(self.topo, t, free, leases, tuple(apps), self.topo.size, job_index=index,
+                             tenancy=self.cfg.tenancy)
         return state, index
 
     def _call(self, t: float, reasons: set[str]) -> Decision:
@@ -690,14 +824,15 @@ class Simulator:
     def _result(self, wall: float) -> SimResult:
         jobs = tuple(
             JobResult(j.id, j.app, j.gpus, j.profile, j.tj.arrival_s, j.first_start, j.finish, j.true_work,
-                      j.est0, j.service, j.starts, j.preemptions)  # fmt: skip
+                      j.est0, j.service, j.starts, j.preemptions, tuple(j.holds))  # fmt: skip
             for j in self._arrivals
         )
         work: dict[str, float] = {}
         for j in self._arrivals:
             work[j.app] = work.get(j.app, 0.0) + j.true_work
         apps = tuple(
-            AppResult(a.id, a.owner, a.arrival, a.finish, max(1.0, a.contention), a.peak, work[a.id], a.total)
+            AppResult(a.id, a.owner, a.arrival, a.finish, max(1.0, a.contention), a.peak, work[a.id], a.total,
+                      a.account)
             for a in self._apps.values()
         )
         return SimResult(

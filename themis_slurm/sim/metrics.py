@@ -12,6 +12,17 @@ Fairness (Themis NSDI 2020, section 3; themis-facts.md):
 * ``jain`` is Jain's index over each app's ``T_id / T_sh = 1/rho``, the form the authors computed;
   ``jain_rho`` (over rho itself) is also given.
 
+Tenancy (``SimConfig.tenancy``, issue #33): N above is the app's effective N, one over its fraction of the
+cluster in the account -> user -> app tree (core/tenancy.py), time-averaged over its life by the simulator
+exactly as the policies saw it, so T_id is the finish time on the app's nested share; with the levels
+``("app",)`` it is the count of apps, as in the paper. A replayed history's T_id (:func:`actual_metrics`)
+follows the same definition.
+
+Per user and per account (:class:`TenantMetrics`, whatever the levels): the GPU time its jobs held, and
+while it had waiting work (at least one of its jobs arrived, unfinished and holding no GPU), the GPU time it
+held then and that as a share of all GPU time held then: a user who got its fair part of a busy cluster has
+about its share; one the scheduler starved has less. Beside them its apps' worst rho and its jobs' mean JCT.
+
 Efficiency: ``gpu_hours`` is all GPU time held (placement slowdowns and restart costs included, so a worse
 placement or more preemptions cost more): the paper's efficiency measure. ``utilization`` is that busy
 GPU-time over GPUs x makespan; ``makespan_s`` runs from the first arrival to the last completion.
@@ -20,12 +31,14 @@ GPU-time over GPUs x makespan; ``makespan_s`` runs from the first arrival to the
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from themis_slurm.core.fairness import FairnessModel
+from themis_slurm.core.tenancy import FLAT, Tenancy
+from themis_slurm.core.tenancy import contention as tenancy_contention
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import App, Job, job_path
 from themis_slurm.sim.engine import SimConfig, SimResult
@@ -82,13 +95,35 @@ class Summary:
 
 
 @dataclass(frozen=True)
+class TenantMetrics:
+    """One user's or account's GPU time (module docstring). Times in seconds; ``share_waiting`` is NaN for
+    a tenant that never waited. Users are by name (a user with jobs in two accounts is one row); the account
+    ``""`` holds the jobs of a trace without accounts."""
+
+    level: str  # "user" or "account"
+    name: str
+    n_apps: int
+    n_jobs: int
+    gpu_seconds: float
+    waiting_s: float
+    gpu_seconds_waiting: float
+    share_waiting: float
+    max_rho: float
+    mean_jct_s: float
+
+
+@dataclass(frozen=True)
 class Metrics:
+    """`levels` are the tenancy levels the run was made with (``("app",)``: the paper's flat 1/N)."""
+
     policy: str
     summary: Summary
     apps: tuple[AppMetrics, ...]
     util_times: tuple[float, ...]
     util_busy: tuple[int, ...]
     gpus: int
+    tenants: tuple[TenantMetrics, ...] = ()
+    levels: tuple[str, ...] = ("app",)
 
 
 def jain_index(values: Sequence[float]) -> float:
@@ -110,6 +145,119 @@ def app_t_id(model: FairnessModel, app_id: str, owner: str, arrival: float, cont
     shell = App(app_id, owner, arrival, (), contention, work, peak_gpus)
     path = max(job_path(j, arrival, model.best_factor(j)) for j in jobs)
     return max(model.t_id(shell) / factor, path)
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """One job's life as the per-tenant GPU time needs it: its app, arrival, finish and each interval it
+    held GPUs, (start, end, GPUs) (a simulated job's :attr:`JobResult.holds`; a replayed one's actual run)."""
+
+    app_id: str
+    arrival: float
+    finish: float
+    holds: tuple[tuple[float, float, int], ...]
+
+
+def spans_of(result: SimResult) -> list[Span]:
+    """The :class:`Span` of every job of a simulation."""
+    return [Span(j.app_id, j.arrival, j.finish, j.holds) for j in result.jobs]
+
+
+def waiting_intervals(span: Span) -> Iterator[tuple[float, float]]:
+    """The intervals of [arrival, finish] in which the job held no GPU (waiting to start, or preempted)."""
+    cur = span.arrival
+    for start, end, _ in sorted(span.holds):
+        if start > cur:
+            yield cur, start
+        cur = max(cur, end)
+    if span.finish > cur:
+        yield cur, span.finish
+
+
+def segments(spans: Iterable[Span], group_of: Callable[[str], str]
+             ) -> Iterator[tuple[float, Mapping[str, int], Mapping[str, int], int]]:  # fmt: skip
+    """(length, waiting jobs by group, GPUs held by group, GPUs held in all) of each interval over which
+    none of them changes, in time order; `group_of` maps an app id to its group (a user, an account). The
+    mappings yielded are live (changed after the next step): read them, do not keep them."""
+    edges: list[tuple[float, str, int, int]] = []  # (time, group, change of waiting jobs, change of GPUs)
+    for sp in spans:
+        g = group_of(sp.app_id)
+        for a, b in waiting_intervals(sp):
+            edges += ((a, g, 1, 0), (b, g, -1, 0))
+        for start, end, n in sp.holds:
+            if end > start:
+                edges += ((start, g, 0, n), (end, g, 0, -n))
+    edges.sort(key=lambda e: e[0])
+    waiting: dict[str, int] = {}
+    held: dict[str, int] = {}
+    total, i, n_edges = 0, 0, len(edges)
+    while i < n_edges:
+        t = edges[i][0]
+        while i < n_edges and edges[i][0] == t:
+            _, g, dw, dg = edges[i]
+            if dw:
+                w = waiting.get(g, 0) + dw
+                if w:
+                    waiting[g] = w
+                else:
+                    del waiting[g]
+            if dg:
+                held[g] = held.get(g, 0) + dg
+                total += dg
+            i += 1
+        if i < n_edges:
+            yield edges[i][0] - t, waiting, held, total
+
+
+def contested_gpu_time(spans: Iterable[Span], group_of: Callable[[str], str], groups: Sequence[str],
+                       until: float = math.inf) -> tuple[float, dict[str, float]]:  # fmt: skip
+    """(seconds before `until` during which every one of `groups` had waiting work, GPU-seconds each held
+    then): the like-for-like comparison of users who all want more than they have (benchmarks/tenancy.py)."""
+    window, got = 0.0, dict.fromkeys(groups, 0.0)
+    spans = list(spans)
+    t = min((sp.arrival for sp in spans), default=0.0)
+    for dt, waiting, held, _ in segments(spans, group_of):
+        dt, t = max(0.0, min(dt, until - t)), t + dt
+        if dt > 0 and all(g in waiting for g in groups):
+            window += dt
+            for g in groups:
+                got[g] += dt * held.get(g, 0)
+    return window, got
+
+
+def tenant_metrics(spans: Sequence[Span], apps: Sequence[AppMetrics],
+                   accounts: Mapping[str, str]) -> tuple[TenantMetrics, ...]:  # fmt: skip
+    """Every account's then every user's :class:`TenantMetrics` (each in order of first arrival); `accounts`
+    maps an app id to its account."""
+    owner = {a.app_id: a.owner for a in apps}
+    rho = {a.app_id: a.rho for a in apps}
+    out: list[TenantMetrics] = []
+    for level, of in (("account", accounts), ("user", owner)):
+        names = list(dict.fromkeys(of.get(a.app_id, "") for a in apps))
+        n_apps = dict.fromkeys(names, 0)
+        worst = dict.fromkeys(names, 0.0)
+        for a in apps:
+            name = of.get(a.app_id, "")
+            n_apps[name] += 1
+            worst[name] = max(worst[name], rho[a.app_id])
+        n_jobs, gpu_s, jct = dict.fromkeys(names, 0), dict.fromkeys(names, 0.0), dict.fromkeys(names, 0.0)
+        for sp in spans:
+            name = of.get(sp.app_id, "")
+            n_jobs[name] += 1
+            gpu_s[name] += math.fsum((e - b) * n for b, e, n in sp.holds)
+            jct[name] += sp.finish - sp.arrival
+        wait_s, held_s, all_s = dict.fromkeys(names, 0.0), dict.fromkeys(names, 0.0), dict.fromkeys(names, 0.0)
+        for dt, waiting, held, total in segments(spans, lambda app, of=of: of.get(app, "")):
+            for name in waiting:
+                wait_s[name] += dt
+                held_s[name] += dt * held.get(name, 0)
+                all_s[name] += dt * total
+        for name in names:
+            share = held_s[name] / all_s[name] if all_s[name] > 0 else math.nan
+            out.append(TenantMetrics(level, name, n_apps[name], n_jobs[name], gpu_s[name], wait_s[name],
+                                     held_s[name], share, worst[name],
+                                     jct[name] / n_jobs[name] if n_jobs[name] else 0.0))  # fmt: skip
+    return tuple(out)
 
 
 def summarise(
@@ -167,7 +315,9 @@ def compute(result: SimResult) -> Metrics:
         preemptions=result.preemptions, events=result.events, policy_calls=result.policy_calls,
         wall_s=result.wall_s,
     )  # fmt: skip
-    return Metrics(result.policy, summary, tuple(apps), result.util_times, result.util_busy, topo.size)
+    tenants = tenant_metrics(spans_of(result), apps, {a.app_id: a.account for a in result.apps})
+    return Metrics(result.policy, summary, tuple(apps), result.util_times, result.util_busy, topo.size, tenants,
+                   result.config.tenancy.levels)  # fmt: skip
 
 
 #: The name the report gives the row of what Slurm really did (a replayed ``--format sacct`` history).
@@ -177,7 +327,8 @@ ACTUAL = "slurm (actual)"
 ACTUAL_UNKNOWN: frozenset[str] = frozenset({"preemptions", "events", "policy_calls", "wall_s"})
 
 
-def actual_metrics(trace: Trace, topology: Topology, default_profile: str | None = None) -> Metrics | None:
+def actual_metrics(trace: Trace, topology: Topology, default_profile: str | None = None,
+                   tenancy: Tenancy = FLAT) -> Metrics | None:  # fmt: skip
     """The metrics of what really happened, from a trace that recorded each job's actual start and end.
 
     Same definitions as :func:`compute`, applied to Slurm's own times: a job is present from its arrival
@@ -186,7 +337,9 @@ def actual_metrics(trace: Trace, topology: Topology, default_profile: str | None
     uses :func:`app_t_id` on the cluster ``topology`` (the simulated one: describe the real cluster with
     it), with each job's work = its GPUs x its actual run time, as the simulator takes it. GPU time is
     what the jobs held (GPUs x run time); utilization is that over GPUs x makespan. The fields in
-    ACTUAL_UNKNOWN are NaN. None when not every job has actual times.
+    ACTUAL_UNKNOWN are NaN. None when not every job has actual times. With tenancy levels (`tenancy`) an
+    app's N(t) is its effective N among the apps with present jobs, as the simulator's
+    (:func:`_nested_contention`).
     """
     jobs = trace.jobs
     if not jobs or not all(j.has_actual for j in jobs):
@@ -225,11 +378,15 @@ def actual_metrics(trace: Trace, topology: Topology, default_profile: str | None
     def integral(t: float) -> float:
         return float(np.interp(t, t_arr, c_arr))
 
+    nested = None if tenancy.flat else _nested_contention(edges, by_app, arrival, finish, tenancy)
     model = FairnessModel(topology, topology.size)
     apps: list[AppMetrics] = []
     for a, js in by_app.items():
         t0, t1 = arrival[a], finish[a]
-        contention = max(1.0, (integral(t1) - integral(t0)) / (t1 - t0)) if t1 > t0 else 1.0
+        if nested is not None:
+            contention = nested[a]
+        else:
+            contention = max(1.0, (integral(t1) - integral(t0)) / (t1 - t0)) if t1 > t0 else 1.0
         work = [Job(j.job_id, a, j.gpus, j.gpus * j.duration_s, profile=j.model or profile, submit=j.arrival_s)
                 for j in js]  # fmt: skip
         t_id = app_t_id(model, a, js[0].user, t0, contention, peak[a], work)
@@ -257,4 +414,37 @@ def actual_metrics(trace: Trace, topology: Topology, default_profile: str | None
         ideal_gpu_s=math.fsum(j.gpu_seconds for j in jobs), n_jobs=len(jobs),
         preemptions=nan, events=nan, policy_calls=nan, wall_s=nan,  # type: ignore[arg-type]
     )  # fmt: skip
-    return Metrics(ACTUAL, summary, tuple(apps), tuple(util_times), tuple(util_busy), topology.size)
+    spans = [Span(j.app_id, j.arrival_s, end[j.job_id], ((start[j.job_id], end[j.job_id], j.gpus),)) for j in jobs]
+    tenants = tenant_metrics(spans, apps, {a: js[0].account for a, js in by_app.items()})
+    return Metrics(ACTUAL, summary, tuple(apps), tuple(util_times), tuple(util_busy), topology.size, tenants,
+                   tenancy.levels)  # fmt: skip
+
+
+def _nested_contention(edges: Sequence[tuple[float, int, str, int]], by_app: Mapping[str, Sequence[TraceJob]],
+                       arrival: Mapping[str, float], finish: Mapping[str, float],
+                       tenancy: Tenancy) -> dict[str, float]:  # fmt: skip
+    """Each app's time-averaged effective N over [arrival, finish] under `tenancy`, from the edges of
+    :func:`actual_metrics` (an app is present from a job's arrival to its end): the simulator's definition
+    (sim/engine.py, "Tenancy"), an app with no present job keeping the N it last had."""
+    shells = {a: App(a, js[0].user, arrival[a], account=js[0].account) for a, js in by_app.items()}
+    present = dict.fromkeys(by_app, 0)
+    active: dict[str, None] = {}  # apps with present jobs, in order of (re)activation, as the simulator's
+    nint = dict.fromkeys(by_app, 0.0)
+    nt = dict(arrival)
+    ncur = dict.fromkeys(by_app, 1.0)
+    for t, _, app, delta in edges:
+        was = present[app] > 0
+        present[app] += 1 if delta > 0 else -1
+        if was == (present[app] > 0):
+            continue
+        for a in (*active, *(() if was else (app,))):
+            nint[a] += (t - nt[a]) * ncur[a]
+            nt[a] = t
+        if was:
+            del active[app]
+        else:
+            active[app] = None
+        n = tenancy_contention(tenancy, [shells[a] for a in active])
+        for a in active:
+            ncur[a] = n[a]
+    return {a: max(1.0, nint[a] / (finish[a] - arrival[a])) if finish[a] > arrival[a] else 1.0 for a in by_app}

@@ -133,6 +133,9 @@ class TraceJob:
             source has none (or the limit was unlimited).
         actual_start_s, actual_end_s: when the job really started and ended (a replayed Slurm history), on
             the same clock as ``arrival_s``; None for sources that do not record them. Both or neither.
+        account: the Slurm account (or the source's equivalent: a Philly virtual cluster) the job ran under,
+            ``""`` when the source has none. With tenancy levels (``SimConfig.tenancy``) it is the top of the
+            account -> user -> app tree an app's share comes from; an app takes its first job's account.
     """
 
     job_id: str
@@ -146,10 +149,13 @@ class TraceJob:
     estimate_s: float | None = None
     actual_start_s: float | None = None
     actual_end_s: float | None = None
+    account: str = ""
 
     def __post_init__(self) -> None:
         if not self.job_id or not self.app_id:
             raise ValueError(f"job {self.job_id!r}: job_id and app_id must be non-empty")
+        if not isinstance(self.account, str):
+            raise ValueError(f"job {self.job_id!r}: account must be a string, got {self.account!r}")
         if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
             raise ValueError(f"job {self.job_id!r}: gpus must be a positive integer, got {self.gpus!r}")
         if not (math.isfinite(self.arrival_s) and self.arrival_s >= 0):

@@ -6,7 +6,13 @@ Header (S-Lab-System-Group/ChronusArtifact, code/data/exp/trace_job_Philly_MIX1.
     expect_value_list,best_effort,job_type
 
 Required here: job_id, num_gpu, submit_time, duration; user and model_name are used when present (the
-Tiresias CSV has no user column). iterations, interval and the four deadline/SLO columns of the Chronus paper
+Tiresias CSV has no user column).
+
+Accounts (the top of the tenancy tree, ``TraceJob.account``): an ``account`` or ``vc`` column when the file
+has one; otherwise the ``user`` column. In the Philly-derived files that column holds a Philly virtual
+cluster (``vc_6214e9``), a team with its own quota in Philly, which is what a Slurm account is; the files
+name no finer user, so each virtual cluster is an account with one user of the same name. Without either
+column the account is ``""``. iterations, interval and the four deadline/SLO columns of the Chronus paper
 are accepted but ignored (they are not needed for fairness work) and so are not validated beyond the column
 count. Rows with num_gpu == 0 exist in the Philly MIX1 file (184 of them): they are invalid, because a job
 that gangs no GPU has no place in a GPU scheduler; load with ``skip_bad=True`` to drop them.
@@ -30,6 +36,8 @@ from themis_slurm.sim.trace import Trace, TraceError, TraceJob
 REQUIRED: tuple[str, ...] = ("job_id", "num_gpu", "submit_time", "duration")
 OPTIONAL: tuple[str, ...] = (
     "user",
+    "account",
+    "vc",
     "model_name",
     "iterations",
     "interval",
@@ -75,6 +83,9 @@ def load_chronus(
         raise TraceError(name, line, "header", None, f"a user column, needed by group_by={group_by!r}")
     if group_by == "user+model" and "model_name" not in pos:
         raise TraceError(name, line, "header", None, "a model_name column, needed by group_by='user+model'")
+    if "account" in pos and "vc" in pos:
+        raise TraceError(name, line, "header", "vc", "a second account column (give account or vc, not both)")
+    account_col = "account" if "account" in pos else "vc" if "vc" in pos else "user" if "user" in pos else None
     collector = Collector(path, skip_bad)
 
     def parse(ctx: RowContext, row: list[str]) -> TraceJob:
@@ -85,6 +96,7 @@ def load_chronus(
         submit = ctx.number("submit_time", row[pos["submit_time"]], minimum=0)
         duration = ctx.number("duration", row[pos["duration"]], minimum=0, strict=True)
         raw_model = ctx.text("model_name", row[pos["model_name"]]) if "model_name" in pos else None
+        account = row[pos[account_col]].strip() if account_col is not None else ""
         if group_by == "job":
             app = job_id
         elif group_by == "user":
@@ -100,10 +112,15 @@ def load_chronus(
             duration_s=duration * time_unit_s,
             model=collector.model(ctx, raw_model),
             line=ctx.line,
+            account=account,
         )
 
     collector.run(rows, parse)
     notes = [f"chronus: apps grouped by {group_by}; {time_unit_s:g} s per time unit"]
     if "model_name" not in pos:
         notes.append("chronus: no model_name column; every job has model None")
+    if account_col == "user":
+        notes.append("chronus: accounts from the user column (a Philly virtual cluster: one account, one user)")
+    elif account_col is None:
+        notes.append("chronus: no user or account column; every job has account ''")
     return collector.trace(notes)

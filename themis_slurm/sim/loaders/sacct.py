@@ -5,7 +5,7 @@ operator; ``-a`` for every user), in either form::
 
     sacct --json -a -D -S 2026-11-01 -E 2026-12-01 >month.json
     sacct -a -X -D -P -S 2026-11-01 -E 2026-12-01 \\
-        -o JobID,JobIDRaw,User,Submit,Start,End,Timelimit,State,AllocTRES,ReqTRES,AdminComment >month.txt
+        -o JobID,JobIDRaw,User,Account,Submit,Start,End,Timelimit,State,AllocTRES,ReqTRES,AdminComment >month.txt
 
 and run ``themis simulate --trace month.json --format sacct`` (with ``--racks/--nodes-per-rack/
 --gpus-per-node`` describing the cluster). The file's first character tells the two forms apart ('{' is
@@ -13,7 +13,7 @@ JSON). ``sacct --json`` is read in both shapes: Slurm 22.05 (openapi dbv0.0.38: 
 INFINITE as in-band values, ``state.current`` a string) and 23.02 and later, 25.11 included (data_parser
 v0.0.4x: numbers as ``{"set", "infinite", "number"}``, ``state.current`` a list). For ``-P`` the header line is
 required and the columns may come in any order; JobID, User, Submit, Start, End, State and AllocTRES are
-required, JobIDRaw, Timelimit, ReqTRES and AdminComment are used when present, any other sacct column is
+required, JobIDRaw, Account, Timelimit, ReqTRES and AdminComment are used when present, any other sacct column is
 ignored. ``-P`` does not escape ``|`` inside a value, so keep free text (AdminComment) the LAST column: a row
 with more fields than the header is joined back into that column. ``-P`` times are the local time sacct
 printed (``2026-11-03T10:21:11``; ``SLURM_TIME_FORMAT=%s`` epoch seconds work too). The cluster needs
@@ -37,6 +37,9 @@ A job becomes a :class:`~themis_slurm.sim.trace.TraceJob`:
   and read with the daemon's own :func:`~themis_slurm.slurm.options.parse_record`), else ``user/array-ID``
   for an array, else ``user/job-ID``; ``array`` ignores the records; ``user`` makes each user one app; ``job``
   each job. The record's ``model=`` becomes the job's placement profile.
+* account (``TraceJob.account``, the top of the tenancy tree with ``themis simulate --levels account,...``):
+  the job's Slurm account, ``account`` of ``--json`` (both shapes) or the Account column of ``-P``; ``""``
+  for an export without it (a ``-P`` export made before the column was in the list above).
 
 Rows that are valid but not replayed are COUNTED in the trace's notes, by kind: step rows (``12.batch``,
 ``12.extern``; ``-X`` leaves them out), jobs not finished when sacct ran (PENDING, RUNNING, SUSPENDED,
@@ -68,7 +71,7 @@ from themis_slurm.slurm.scontrol import parse_duration, parse_time
 GroupBy = Literal["themis", "array", "user", "job"]
 GROUP_BY: tuple[str, ...] = ("themis", "array", "user", "job")
 #: The -P columns the documented command asks for (module docstring), in that order.
-FIELDS: tuple[str, ...] = ("JobID", "JobIDRaw", "User", "Submit", "Start", "End", "Timelimit", "State",
+FIELDS: tuple[str, ...] = ("JobID", "JobIDRaw", "User", "Account", "Submit", "Start", "End", "Timelimit", "State",
                            "AllocTRES", "ReqTRES", "AdminComment")  # fmt: skip
 REQUIRED: tuple[str, ...] = ("JobID", "User", "Submit", "Start", "End", "State", "AllocTRES")
 FREE_TEXT: frozenset[str] = frozenset({"AdminComment", "Comment", "SystemComment", "JobName", "WorkDir",
@@ -93,6 +96,7 @@ class _Row:
     raw_id: str  # the job's own id (JobIDRaw; for an array task its own number, not the array's)
     array_id: str | None
     user: str
+    account: str
     submit: float | None
     start: float | None
     end: float | None
@@ -230,6 +234,7 @@ def _to_job(ctx: RowContext, row: _Row, group_by: str, counts: _Counts, collecto
         estimate_s=row.limit_s,
         actual_start_s=start,
         actual_end_s=start + duration,
+        account=row.account,
     )
 
 
@@ -356,6 +361,7 @@ def _from_pipe(ctx: RowContext, rec: dict[str, str]) -> _Row:
         raw_id=raw_id,
         array_id=array_id,
         user=user,
+        account=rec.get("Account", "").strip(),
         submit=_pipe_time(ctx, "Submit", rec["Submit"]),
         start=_pipe_time(ctx, "Start", rec["Start"]),
         end=_pipe_time(ctx, "End", rec["End"]),
@@ -501,6 +507,7 @@ def _from_json(ctx: RowContext, job: Any) -> _Row:
         raw_id=str(job_id),
         array_id=array,
         user=user.strip(),
+        account=text(_get(ctx, job, "account", required=False)).strip(),
         submit=submit,
         start=start,
         end=end,
