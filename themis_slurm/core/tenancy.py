@@ -202,17 +202,11 @@ def water_fill(capacity: float, weights: Sequence[float], caps: Sequence[float])
     return out
 
 
-def quotas(tenancy: Tenancy, apps: Sequence[App], gpus: float,
-           demand: Mapping[str, float]) -> tuple[dict[Entity, float], dict[str, Entity]]:
-    """GPUs each lowest entity above the apps (a user, or an account when users do not count) should hold,
-    out of `gpus` in play, and each app's entity. `demand` is the GPUs each app could hold at once.
-
-    Hierarchical water-filling: the root's GPUs are split over its active children by weight, capped by
-    each child's demand (the sum below it), and so on down to the users. Empty when flat (the leftover
-    then has no quotas: today's behaviour).
-    """
-    if tenancy.flat or not apps:
-        return {}, {}
+def _fill_down(tenancy: Tenancy, apps: Sequence[App], gpus: float, demand: Mapping[str, float],
+               to_apps: bool) -> tuple[dict[Entity, float], dict[str, Entity]]:
+    """Hierarchical water-filling of `gpus` from the root: each entity's GPUs split over its active children
+    by weight (apps: equal), capped by each child's demand (the sum below it). GPUs per lowest entity above
+    the apps, or with `to_apps` per app (keyed ("app", (id,))); and each app's parent entity."""
     kids, parent_of = _children(tenancy, apps)
     need: dict[Entity, float] = {}
 
@@ -227,15 +221,29 @@ def quotas(tenancy: Tenancy, apps: Sequence[App], gpus: float,
 
     def walk(ent: Entity, have: float) -> None:
         children = kids.get(ent, [])
-        if children and children[0][0] == "app":
+        if ent[0] == "app" or (not to_apps and children and children[0][0] == "app"):
             out[ent] = have
             return
-        split = water_fill(have, [tenancy.weight_of(c) for c in children], [demand_of(c) for c in children])
-        for c, g in zip(children, split, strict=True):
+        weights = [1.0 if c[0] == "app" else tenancy.weight_of(c) for c in children]
+        for c, g in zip(children, water_fill(have, weights, [demand_of(c) for c in children]), strict=True):
             walk(c, g)
 
     walk(ROOT, float(gpus))
     return out, parent_of
+
+
+def quotas(tenancy: Tenancy, apps: Sequence[App], gpus: float,
+           demand: Mapping[str, float]) -> tuple[dict[Entity, float], dict[str, Entity]]:
+    """GPUs each lowest entity above the apps (a user, or an account when users do not count) should hold,
+    out of `gpus` in play, and each app's entity. `demand` is the GPUs each app could hold at once.
+
+    Hierarchical water-filling: the root's GPUs are split over its active children by weight, capped by
+    each child's demand (the sum below it), and so on down to the users. Empty when flat (the leftover
+    then has no quotas: today's behaviour).
+    """
+    if tenancy.flat or not apps:
+        return {}, {}
+    return _fill_down(tenancy, apps, gpus, demand, to_apps=False)
 
 
 def app_shares(tenancy: Tenancy, apps: Sequence[App], gpus: float, demand: Mapping[str, float]) -> dict[str, float]:
@@ -245,29 +253,8 @@ def app_shares(tenancy: Tenancy, apps: Sequence[App], gpus: float, demand: Mappi
     """
     if not apps:
         return {}
-    kids, _ = _children(tenancy, apps)
-    need: dict[Entity, float] = {}
-
-    def demand_of(ent: Entity) -> float:
-        if ent[0] == "app":
-            return float(demand.get(ent[1][0], 0.0))
-        if ent not in need:
-            need[ent] = sum(demand_of(c) for c in kids.get(ent, []))
-        return need[ent]
-
-    out: dict[str, float] = {}
-
-    def walk(ent: Entity, have: float) -> None:
-        if ent[0] == "app":
-            out[ent[1][0]] = have
-            return
-        children = kids.get(ent, [])
-        weights = [1.0 if c[0] == "app" else tenancy.weight_of(c) for c in children]
-        for c, g in zip(children, water_fill(have, weights, [demand_of(c) for c in children]), strict=True):
-            walk(c, g)
-
-    walk(ROOT, float(gpus))
-    return out
+    out, _ = _fill_down(tenancy, apps, gpus, demand, to_apps=True)
+    return {ent[1][0]: g for ent, g in out.items()}
 
 
 __all__ = ["FLAT", "LEVELS", "ROOT", "ZERO_SHARES", "Entity", "Tenancy", "app_shares", "auction_weights", "contention",
