@@ -234,6 +234,20 @@ def test_a_hold_is_never_sent_to_a_running_job(cluster: Cluster, backend: CliBac
     assert now["job_state"] == "RUNNING" and now["priority"] != 0
 
 
+def test_a_job_that_ended_is_never_requeued(cluster: Cluster, backend: CliBackend) -> None:
+    # Slurm requeues a finished batch job too (requeuehold of a COMPLETED job makes it PENDING, held): a
+    # job that finished between the cycle's read and its lease's requeue ran a second time in full
+    job_id = cluster.sbatch("--gres=gpu:1", "--requeue", wrap="sleep 2")
+    job = held_job(backend, job_id)
+    [node] = free_nodes(backend.snapshot(), 1, 1)
+    backend.start(job, {node: 1})
+    job = running(backend, job_id)  # the stale view the requeue is sent with
+    wait_for(backend, lambda s: str(job_id) in s.finished, f"job {job_id} finished")
+    with pytest.raises(ActionRefused, match="not requeued, so it does not run again"):
+        backend.requeue(job)
+    assert cluster.job(job_id)["job_state"] == "COMPLETED" and job.restart_cnt == 0
+
+
 def test_restart_on_the_same_node_in_the_second_of_the_requeue(cluster: Cluster, backend: CliBackend) -> None:
     # slurmd refuses a launch whose credential is stamped in the second of the job's requeue (its revoke)
     # and Slurm then FAILS the job: start must wait that second out, or a re-won job is lost.

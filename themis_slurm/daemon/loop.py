@@ -32,6 +32,7 @@ from themis_slurm.api.cluster import held_for_granted
 from themis_slurm.core.arbiter import run_round
 from themis_slurm.core.calibration import NONE, Calibration, UserHistory, calibrate, finished_ratio
 from themis_slurm.core.decision import Decision
+from themis_slurm.core.state import ClusterState
 from themis_slurm.daemon.config import Config
 from themis_slurm.daemon.estimates import done_and_work, submitted
 from themis_slurm.daemon.metrics import Metrics
@@ -40,12 +41,15 @@ from themis_slurm.daemon.planning import (
     RoundInput,
     account,
     advance_apps,
+    as_applied,
     build_round,
+    grants_over_limits,
     instead_of_migrations,
     intents_after,
     round_due,
     settled,
     startable,
+    without_waiting,
 )
 from themis_slurm.daemon.reconcile import Fix, reconcile
 from themis_slurm.daemon.store import AppRow, JobRow, Store
@@ -60,6 +64,9 @@ HISTORY_KEPT = 200
 
 # Reasons a released job may stay pending for that say nothing about the job itself (the GPUs were not free
 # yet, a scheduling pass had not run, it was held again): no reason to keep it out of the next rounds.
+#: Rounds run again at most this often when grants pass a Slurm limit together (_within_limits).
+LIMIT_RERUNS = 3
+
 NOT_THE_JOBS_FAULT = frozenset({"", "None", "Priority", "Resources", "JobHeldUser", "JobHeldAdmin",
                                 "BeginTime", "job_requeued_in_held_state"})
 
@@ -403,6 +410,8 @@ class Daemon:
         try:
             with collector_paused():  # themis_slurm/gc_pause.py: the round's garbage goes by reference counting
                 decision = run_round(inp.state, cfg.scheduler.arbiter())
+                inp, decision = self._within_limits(inp, decision, rows,
+                                                    lambda state: run_round(state, cfg.scheduler.arbiter()))
         except Exception:
             log.exception("arbiter round failed (trigger: %s); state kept, retried next cycle", trigger)
             return {}
@@ -411,6 +420,7 @@ class Daemon:
         in_place: dict[str, InPlace] = {}
         if mode == "enforce" and any(g.migrated for g in decision.grants):  # the round's jobs, for their kind
             in_place = instead_of_migrations(decision, rows, {j.id: j for a in inp.state.apps for j in a.jobs})
+        decision = as_applied(decision, in_place)  # logged and recorded as carried out (issue 38 item 10)
         new_rows = intents_after(decision, rows, cfg, now, in_place)
         knob = cfg.scheduler.fairness_knob
         standing = [r.rho_before for r in decision.apps.values() if math.isfinite(r.rho_before)]
@@ -482,6 +492,27 @@ class Daemon:
             rows.update((r.job_id, r) for r in warned)
         return dict(round_s=latency, grants=len(decision.grants), renewals=len(decision.renewals),
                     preemptions=len(decision.preemptions), decision=decision)
+
+    def _within_limits(self, inp: RoundInput, decision: Decision, rows: Mapping[str, JobRow],
+                       rerun: Callable[[ClusterState], Decision]) -> tuple[RoundInput, Decision]:
+        """The round again without the grants that would pass a QOS or association limit together (each
+        waiting job was checked alone before the round: slurm/limits.py); at most `LIMIT_RERUNS` times,
+        then such grants are dropped (their GPUs wait for the next round)."""
+        snap = self.last_snapshot
+        if snap is None or snap.limits is None or not snap.limits.enforced:
+            return inp, decision
+        for k in range(LIMIT_RERUNS + 1):
+            over = grants_over_limits(decision, snap, rows)
+            if not over:
+                break
+            for jid, why in sorted(over.items()):
+                log.info("limit: job %s not granted in this round: %s", jid, why)
+            inp = without_waiting(inp, over)
+            if k == LIMIT_RERUNS:
+                decision = replace(decision, grants=tuple(g for g in decision.grants if g.job_id not in over))
+            else:
+                decision = rerun(inp.state)
+        return inp, decision
 
     def _log_decision(self, d: Decision, trigger: str, latency: float, mode: str, knob: float) -> None:
         """One line per decision, in words made by themis_slurm.reasons from the Decision's typed fields."""

@@ -28,7 +28,7 @@ from typing import Any
 
 from themis_slurm.api.cluster import held_for_granted
 from themis_slurm.core.calibration import calibrated_work
-from themis_slurm.core.decision import Decision, Renewal, RenewalCause
+from themis_slurm.core.decision import Decision, PreemptionCause, Renewal, RenewalCause
 from themis_slurm.core.fairness import FairnessModel, app_throughput
 from themis_slurm.core.placement import get_profile
 from themis_slurm.core.state import ClusterState
@@ -45,6 +45,7 @@ from themis_slurm.daemon.estimates import (
 )
 from themis_slurm.daemon.store import AppRow, JobRow, app_row, job_row
 from themis_slurm.slurm.eligibility import ineligible
+from themis_slurm.slurm.limits import Usage
 from themis_slurm.slurm.model import ManagedJob, Snapshot
 
 log = logging.getLogger("themisd")
@@ -191,6 +192,8 @@ def build_round(snapshot: Snapshot, rows: Mapping[str, JobRow], apps: Mapping[st
     held = held_for_granted(snapshot, rows.values())
     busy = {jid for jid, r in rows.items() if r.intent in ("granted", "starting")}
     blocked = ineligible(snapshot.managed, busy, learned)
+    for jid, why in limit_blocked(snapshot, rows).items():  # QOS/association limits, Themis's starts counted
+        blocked.setdefault(jid, why)
     used: set[int] = set()
     leases: list[Lease] = []
     core_jobs: dict[str, list] = {}
@@ -253,6 +256,74 @@ def build_round(snapshot: Snapshot, rows: Mapping[str, JobRow], apps: Mapping[st
     return RoundInput(state, frozenset(waiting), frozenset(expired), held, frozenset(used), waiting_blocked)
 
 
+# ---------------------------------------------------------------------------------------- Slurm's limits
+def _starts_unseen(snapshot: Snapshot, rows: Mapping[str, JobRow]) -> tuple[dict[str, ManagedJob], Usage | None]:
+    """The managed jobs by id, and the limits' use with the jobs Themis granted or released that Slurm
+    does not run yet (it counts only running jobs): they will count as soon as they start."""
+    view = snapshot.limits
+    jobs = {m.job_id: m for m in snapshot.managed}
+    if view is None or not view.enforced:
+        return jobs, None
+    usage = view.usage.copy()
+    for jid, r in rows.items():
+        mj = jobs.get(jid)
+        if r.intent in ("granted", "starting") and mj is not None and mj.state == "PENDING":
+            usage.add(view.limits.bounds(mj.user, mj.account, mj.partition.split(",")[0], mj.qos), mj.gpus)
+    return jobs, usage
+
+
+def limit_blocked(snapshot: Snapshot, rows: Mapping[str, JobRow]) -> dict[str, str]:
+    """Waiting jobs a QOS or association limit keeps Slurm from starting (slurm/limits.py) -> why, counting
+    the jobs Themis granted or released that have not started yet. (The snapshot already blocks what Slurm's
+    own use binds; this adds what Themis's pending starts do.)"""
+    jobs, usage = _starts_unseen(snapshot, rows)
+    view = snapshot.limits
+    if usage is None or view is None:
+        return {}
+    out: dict[str, str] = {}
+    for jid, r in rows.items():
+        mj = jobs.get(jid)
+        if r.intent == "waiting" and mj is not None and mj.state == "PENDING" and mj.blocked is None:
+            why = view.blocked(mj.user, mj.account, mj.partition.split(",")[0], mj.qos, mj.gpus, usage)
+            if why is not None:
+                out[jid] = why
+    return out
+
+
+def grants_over_limits(decision: Decision, snapshot: Snapshot, rows: Mapping[str, JobRow]) -> dict[str, str]:
+    """The round's new grants that Slurm would not start because of a limit, taken in grant order on top of
+    what runs and what Themis started (each round checks jobs one by one, before the round: two grants
+    of one user may pass a limit together that each passes alone). Moves of running jobs count nothing."""
+    jobs, usage = _starts_unseen(snapshot, rows)
+    view = snapshot.limits
+    if usage is None or view is None:
+        return {}
+    out: dict[str, str] = {}
+    for g in decision.grants:
+        mj = jobs.get(g.job_id)
+        if g.migrated or mj is None or mj.state != "PENDING":
+            continue
+        part = mj.partition.split(",")[0]
+        why = view.blocked(mj.user, mj.account, part, mj.qos, mj.gpus, usage)
+        if why is not None:
+            out[g.job_id] = f"{why}, with the other grants of this round"
+        else:
+            usage.add(view.limits.bounds(mj.user, mj.account, part, mj.qos), mj.gpus)
+    return out
+
+
+def without_waiting(inp: RoundInput, why: Mapping[str, str]) -> RoundInput:
+    """The round's input without these waiting jobs (listed as not eligible, with why); the signature of the
+    round (free GPUs, waiting jobs) stays the original's, so the next cycle does not run it again."""
+    apps = []
+    for app in inp.state.apps:
+        jobs = tuple(j for j in app.jobs if j.id not in why)
+        if jobs:
+            apps.append(app if len(jobs) == len(app.jobs) else replace(app, jobs=jobs))
+    state = replace(inp.state, apps=tuple(apps), job_index=None)
+    return replace(inp, state=state, ineligible={**inp.ineligible, **why})
+
+
 def round_due(inp: RoundInput, last_signature: object) -> str | None:
     """Why a round should run now, or None when it could not change anything."""
     if inp.expired:
@@ -298,6 +369,25 @@ def instead_of_migrations(decision: Decision, rows: Mapping[str, JobRow], jobs: 
                 out[y] = InPlace(renewal, g.job_id)
                 break
     return out
+
+
+def as_applied(decision: Decision, in_place: Mapping[str, InPlace]) -> Decision:
+    """The decision as themisd carries it out once `in_place` (:func:`instead_of_migrations`) is taken.
+
+    For each Y renewed in place instead of X: X's grant (its move onto Y's GPUs) is not made, so it is
+    dropped; X is preempted without a destination (cause LOST: it waits for a later round); Y is not
+    preempted. Without this the log and the decisions table said "grant X" and "preempt X: moved to other
+    GPUs" in the same round while X was only preempted (issue 38 item 10: a one-GPU array task "moved in
+    the round it was granted"), and Y both preempted and renewed. The app keeps the same GPUs; the
+    AppRecords are unchanged. Y's renewal itself is recorded from `in_place` (cause IN_PLACE).
+    """
+    if not in_place:
+        return decision
+    instead = {ip.instead_of for ip in in_place.values()}
+    grants = tuple(g for g in decision.grants if not (g.migrated and g.job_id in instead))
+    preemptions = tuple(replace(p, cause=PreemptionCause.LOST) if p.job_id in instead else p
+                        for p in decision.preemptions if p.job_id not in in_place)
+    return replace(decision, grants=grants, preemptions=preemptions)
 
 
 def intents_after(decision: Decision, rows: Mapping[str, JobRow], cfg: Config, now: float,

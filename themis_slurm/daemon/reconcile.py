@@ -13,7 +13,9 @@ docs/admin-guide.md ("Reconciliation"); in short:
   work somebody released by hand would be worse, and ignoring it would make its GPUs vanish from the
   books);
 * a managed job found pending but not held (the owner or an admin ran ``scontrol requeue``/``release``,
-  job_submit.lua was off, or a crash hit between two steps) is held again (enforce mode);
+  job_submit.lua was off, or a crash hit between two steps) is held again (enforce mode); a running job
+  that Slurm shows requeued while it still completes (``ManagedJob.requeued``) is held at once, and one
+  that was requeued and started again while themisd was not looking is adopted with a fresh lease;
 * a released job that did not start within ``release_timeout_s`` is held again and planned afresh;
 * a warned job past its grace period is requeued (held, pin cleared); a requeue that did not take is sent
   again; a ``warning`` whose SIGUSR1 may not have gone out is sent again (at least once, by design);
@@ -57,6 +59,19 @@ def lease_from(mj: ManagedJob, now: float) -> float:
     if mj.start_time is not None and 0 < mj.start_time <= now:
         return float(mj.start_time)
     return now
+
+
+#: A run that started this much after the last cycle that saw the job running is a new run (Slurm's StartTime
+#: is whole seconds, and slurmctld's clock may differ a little from themisd's; a requeued job starts again
+#: no sooner than cred_expire + 1 s after its requeue, 121 s by default).
+RESTART_SLACK_S = 10.0
+
+
+def restarted_unseen(mj: ManagedJob, row: JobRow) -> bool:
+    """True when Slurm shows a run that began after the last cycle that saw this job running: it was
+    requeued and started again outside Themis while themisd was not looking (a blocked or stopped daemon)."""
+    return (mj.start_time is not None and row.accounted_until is not None
+            and mj.start_time > row.accounted_until + RESTART_SLACK_S)
 
 
 def running_row(row: JobRow, mj: ManagedJob, now: float, lease_s: float, adopted: bool = False) -> JobRow:
@@ -142,8 +157,16 @@ def _one(now: float, mj: ManagedJob, row: JobRow, cfg: Config) -> Fix | None:
             return fix("requeue", f"grace of {sched.grace_s:g}s over: requeue held", rq, "requeue")
         if intent == "requeueing":
             return fix("requeue", "requeue not taken yet: sent again", replace(row, requeue_time=now), "requeue")
+        if intent == "running" and restarted_unseen(mj, row):
+            return fix("restarted-outside", "started again since themisd last saw it run (requeued outside Themis "
+                       "and started by Slurm while themisd was not looking): adopted with a fresh lease",
+                       running_row(row, mj, now, lease_s, adopted=True))
         return None
     if not pending:
+        if mj.requeued and intent == "running":  # the owner's `scontrol requeue`: hold it before Slurm restarts it
+            return fix("requeued-outside", "requeued outside Themis (its owner's `scontrol requeue`?) while it "
+                       "runs: held again at once, before Slurm can start it by itself", waiting_row(row),
+                       None if mj.held else "hold")
         return None  # COMPLETING, SUSPENDED, ...: wait for Slurm to settle
     if intent == "waiting":
         if not mj.held:

@@ -106,9 +106,28 @@ def check_warnable(job: ManagedJob) -> None:
 
 
 def check_still_pending(job: ManagedJob, state: str) -> None:
-    """Raise ActionRefused unless Slurm still shows the job PENDING (a hold is for waiting jobs only)."""
+    """Raise ActionRefused unless Slurm still shows the job PENDING (a hold is for waiting jobs only), or
+    COMPLETING after a requeue (`ManagedJob.requeued`): held then, it cannot be started again by Slurm
+    at its BeginTime (measured on 22.05 and 25.11: the hold takes, and the job goes PENDING, held)."""
+    if state == "COMPLETING" and job.requeued:
+        return
     if state != "PENDING":
         raise ActionRefused(f"job {job.job_id} is {state or 'gone'} in Slurm now, not PENDING: not held")
+
+
+#: States in which a requeue takes the GPUs back from a run (PENDING: requeued before, or it never ran: the
+#: requeue falls back to a hold). Anything else has ended, and Slurm would requeue a finished job too: it
+#: runs again (measured on 22.05: `scontrol requeuehold` of a COMPLETED job makes it PENDING, held).
+REQUEUEABLE_STATES = frozenset({"RUNNING", "SUSPENDED", "CONFIGURING", "PENDING"})
+
+
+def check_still_requeueable(job: ManagedJob, state: str) -> None:
+    """Raise ActionRefused unless Slurm shows the job still running (or already pending again, or leaving its
+    nodes after a requeue): a job that finished between the cycle's read and the requeue must not run twice."""
+    if state in REQUEUEABLE_STATES or (state == "COMPLETING" and job.requeued):
+        return
+    raise ActionRefused(f"job {job.job_id} is {state or 'gone'} in Slurm now (it ended): not requeued, "
+                        "so it does not run again")
 
 
 def is_already_pending(message: str) -> bool:
@@ -196,8 +215,9 @@ class Actions:
             return
 
     def requeue(self, job: ManagedJob) -> None:
-        """Take the GPUs back: requeue held, then clear the pin."""
+        """Take the GPUs back: requeue held, then clear the pin; ActionRefused for a job that has ended."""
         check_preemptible(job)
+        check_still_requeueable(job, self.state(job))
         try:
             self._run("scontrol", "requeuehold", _target(job))
         except SlurmCommandError as exc:

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from themis_slurm.core.topology import Topology
+
+if TYPE_CHECKING:
+    from themis_slurm.slurm.limits import LimitView
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +56,13 @@ class ManagedJob:
     allowed_nodes: frozenset[str] | None = None
     limits: str = ""
     user_nodes: tuple[str, ...] = ()  # the owner's -w list from the record: a pin is chosen inside it
+    #: the Slurm account the job runs under (-A, else the user's default account; "" without accounting):
+    #: its app's place in the account -> user -> app tree (core/tenancy.py)
+    account: str = ""
+    qos: str = ""  # its QOS: with `account`, the QOS and association limits it counts towards
+    #: Slurm requeued it and it is still leaving its nodes (COMPLETING): pending again in a moment, not held
+    #: unless whoever requeued it held it (snapshot.requeued_while_completing)
+    requeued: bool = False
 
 
 @dataclass(frozen=True)
@@ -75,6 +85,8 @@ class Snapshot:
     #: the same jobs' last run as Slurm timed it: job id -> (StartTime, EndTime), None where unset. A job's
     #: service is taken from these, not from when themisd happened to look (a cycle may have been late)
     finished_times: Mapping[str, tuple[float | None, float | None]] = field(default_factory=dict)
+    #: QOS and association limits with their use as Slurm counts it (slurm/limits.py); None: not read
+    limits: LimitView | None = None
 
 
 @dataclass(frozen=True)

@@ -157,6 +157,8 @@ def job_from_json(job: Mapping[str, Any], source: str = "squeue --json") -> Slur
         eligible_time=time_epoch(job.get("eligible_time")) if state == "PENDING" else None,
         dependency=text(job.get("dependency")),
         array_max_tasks=number(job.get("array_max_tasks")) or None,
+        account=text(job.get("account")),
+        qos=text(job.get("qos")),
     )
 
 

@@ -71,6 +71,7 @@ from themis_slurm.slurm.actions import (
     Actions,
     check_preemptible,
     check_still_pending,
+    check_still_requeueable,
     check_warnable,
     is_already_pending,
     own_record,
@@ -259,6 +260,8 @@ def job_from_pyslurm(job: Any, tres_per_job: str = "") -> SlurmJob:
         eligible_time=time_epoch(job.eligible_time) if state == "PENDING" else None,
         dependency=_dependency_text(job.dependencies),
         array_max_tasks=max_tasks,
+        account=text(job.account),
+        qos=text(job.qos),
     )
 
 
@@ -427,11 +430,12 @@ class PyslurmBackend:
         now = self.clock()
         jobs, nodes, warnings = self.read()
         reservations = self.reader.reservations(now, warnings)  # the CLI backend's read: one parser for both
+        limits = self.reader.limits(now, warnings)  # QOS/association limits: the CLI backend's read too
         topo, topo_warnings = self.reader.topology(nodes)
         return build_snapshot(jobs, nodes, topo, self.config, now,
                               slurm_calls=stats.total_calls - calls0,
                               latency_s=sum(stats.seconds.values()) - secs0,
-                              warnings=[*topo_warnings, *warnings], reservations=reservations)
+                              warnings=[*topo_warnings, *warnings], reservations=reservations, limits=limits)
 
     # ------------------------------------------------------------------------------------- actions
     @staticmethod
@@ -480,6 +484,7 @@ class PyslurmBackend:
             self.cli.requeue(job)
             return
         pj = self._job(job)
+        check_still_requeueable(job, self._state(self._call("Job.load", job.job_id, self.ps.Job.load, job.slurm_id)))
         try:
             self._call("requeuehold", job.job_id, pj.requeue, hold=True)
         except PyslurmCallError as exc:

@@ -85,6 +85,8 @@ class SlurmJob:
     eligible_time: int | None = None  # BeginTime while pending (None: unset or 0)
     dependency: str = ""  # remaining dependencies as Slurm prints them: "afterok:12(unfulfilled),..."
     array_max_tasks: int | None = None  # the array's %N throttle (None: no throttle)
+    account: str = ""  # the Slurm account it runs under ("": none shown, as without accounting)
+    qos: str = ""  # its QOS ("": none shown): which QOS limits it counts towards (slurm/limits.py)
 
     @property
     def is_array_task(self) -> bool:

@@ -216,6 +216,8 @@ def job_from_kv(pairs: list[tuple[str, str]]) -> SlurmJob:
             eligible_time=parse_time(d.get("EligibleTime", "")) if state == "PENDING" else None,
             dependency=_val(d, "Dependency"),
             array_max_tasks=_int(d, "ArrayTaskThrottle") or None,
+            account=_val(d, "Account"),
+            qos=_val(d, "QOS"),
         )
     except ValueError as exc:
         raise SlurmOutputError("scontrol show job", where, str(exc)) from None

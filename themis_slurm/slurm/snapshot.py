@@ -17,6 +17,7 @@ pending on it while the scheduler believes it runs.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -28,6 +29,16 @@ from themis_slurm.slurm import hostlist
 from themis_slurm.slurm.eligibility import blocked_reason
 from themis_slurm.slurm.errors import ConfigError, SlurmOutputError
 from themis_slurm.slurm.gres_conf import GresConf, parse_gres_conf
+from themis_slurm.slurm.limits import (
+    SACCTMGR_QOS,
+    SCONTROL_CONFIG,
+    LimitReader,
+    Limits,
+    LimitView,
+    count_usage,
+    needs_limits,
+    sacctmgr_assoc,
+)
 from themis_slurm.slurm.model import AdapterConfig, ManagedJob, Snapshot
 from themis_slurm.slurm.options import is_record, parse_progress, parse_record
 from themis_slurm.slurm.parse import job_from_json, load_json, node_from_json
@@ -80,6 +91,24 @@ def app_key(user: str, app: str | None, job: SlurmJob) -> str:
 def array_tasks(spec: str) -> tuple[int, ...]:
     """Task ids of a pending array remainder such as ``0-3,7%2`` (the ``%`` throttle is dropped)."""
     return parse_int_list(spec.split("%", 1)[0])
+
+
+def requeued_while_completing(job: SlurmJob, now: float | None = None) -> bool:
+    """Slurm requeued this job (its owner's ``scontrol requeue``, say) and it is still leaving its nodes.
+
+    Measured on the local cluster right after an owner's requeue of a running job: 25.11 lists the state
+    as [PENDING, COMPLETING]; 22.05 shows COMPLETING alone, with the restart counted and, the job being
+    pending again underneath, the StartTime of a pending job: its expected start, `now` or later (a job
+    that completes shows the past start of its run). Both then show PENDING, reason BeginTime, not held,
+    and Slurm starts the job by itself at BeginTime (requeue + cred_expire + 1 s) unless it is held.
+    ``now`` (the snapshot's time, taken before the read) None skips the 22.05 test.
+    """
+    if job.state != "COMPLETING":
+        return False
+    if "PENDING" in job.state_flags:
+        return True
+    return (now is not None and job.restart_cnt > 0 and job.start_time is not None
+            and job.start_time >= math.floor(now))
 
 
 def fixed_nodes(job: SlurmJob) -> int | None:
@@ -212,11 +241,13 @@ def never_fits(job: SlurmJob, allowed: frozenset[str] | None, limits: str, topo:
 
 def managed_jobs_of(job: SlurmJob, topo: Topology, warnings: list[str], now: float | None = None,
                     nodes: Mapping[str, SlurmNode] | None = None,
-                    reservations: Sequence[Reservation] = ()) -> list[ManagedJob]:
+                    reservations: Sequence[Reservation] = (),
+                    slurm_limits: LimitView | None = None) -> list[ManagedJob]:
     """One ManagedJob per job, or per task for a pending array remainder (``120_[3-7]``).
 
     ``now`` (the snapshot's time) is what BeginTime is compared with; None skips that check. ``nodes``
-    (the node records by name) narrow where the job may go (`placement_limits`).
+    (the node records by name) narrow where the job may go (`placement_limits`). ``slurm_limits``: a QOS
+    or association limit that binds now (slurm/limits.py) makes a pending job `blocked` too.
     """
     record, problems = parse_record(job.admin_comment)
     warnings.extend(f"job {job.job_id}: {p}" for p in problems)
@@ -236,6 +267,8 @@ def managed_jobs_of(job: SlurmJob, topo: Topology, warnings: list[str], now: flo
         blocked = never_fits(job, allowed, limits, topo, fixed_nodes(job))
         if blocked is not None:
             warnings.append(f"job {job.job_id} ({user}): {blocked}")
+    if job.state == "PENDING" and blocked is None and slurm_limits is not None:
+        blocked = slurm_limits.blocked(user, job.account, (job_partitions(job) or ("",))[0], job.qos, job.gpus_total)
     if job.state == "PENDING" and reservations and now is not None:  # for now, not for ever: after never_fits
         allowed, limits = around_reservations(job, allowed, limits, topo, reservations, now)
     if job.array_job_id is not None and job.array_task_id is None and job.array_task_spec:
@@ -280,6 +313,9 @@ def managed_jobs_of(job: SlurmJob, topo: Topology, warnings: list[str], now: flo
             allowed_nodes=allowed,
             limits=limits,
             user_nodes=record.nodes,
+            account=job.account,
+            qos=job.qos,
+            requeued=requeued_while_completing(job, now),
         )
         for task in tasks
     ]
@@ -287,9 +323,18 @@ def managed_jobs_of(job: SlurmJob, topo: Topology, warnings: list[str], now: flo
 
 def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], topo: Topology,
                    config: AdapterConfig, now: float, slurm_calls: int = 0, latency_s: float = 0.0,
-                   warnings: Iterable[str] = (), reservations: Sequence[Reservation] = ()) -> Snapshot:
-    """Combine parsed jobs and nodes with the topology into the daemon's view (pure)."""
+                   warnings: Iterable[str] = (), reservations: Sequence[Reservation] = (),
+                   limits: Limits | None = None) -> Snapshot:
+    """Combine parsed jobs and nodes with the topology into the daemon's view (pure).
+
+    ``limits`` (enforced QOS and association limits) are counted over every job Slurm lists, managed or
+    not (slurm/limits.py), and make the snapshot's `LimitView`.
+    """
     warns = list(warnings)
+    view = None
+    if limits is not None and limits.enforced:
+        view = LimitView(limits, count_usage(limits, (
+            (j.state, j.user_name or str(j.user_id), j.account, j.partition, j.qos, j.gpus_total) for j in jobs)))
     managed: list[ManagedJob] = []
     used: set[int] = set()
     managed_used: set[int] = set()
@@ -304,7 +349,7 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], topo: T
                 finished_times[key] = (job.start_time or None, job.end_time or None)
             continue
         if is_managed(job, config.managed_partitions):
-            for mj in managed_jobs_of(job, topo, warns, now, seen, reservations):
+            for mj in managed_jobs_of(job, topo, warns, now, seen, reservations, view):
                 managed.append(mj)
                 managed_used |= mj.gpu_ids
                 used |= mj.gpu_ids
@@ -343,6 +388,7 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], topo: T
         managed_used=frozenset(managed_used),
         finished=finished,
         finished_times=finished_times,
+        limits=view,
     )
 
 
@@ -387,6 +433,7 @@ class SnapshotReader:
         self._topo_warnings: list[str] = []
         self._node_source: str | None = None  # "sinfo", "scontrol-json" or "scontrol", found on first read
         self._reservations = ReservationReader()
+        self._limits = LimitReader()
 
     def reservations(self, now: float, warnings: list[str]) -> Sequence[Reservation]:
         """The reservations, read again when `READ_EVERY_S` has passed (reservations.py)."""
@@ -397,6 +444,25 @@ class SnapshotReader:
             except SlurmCommandError as exc:
                 r.failed(now)
                 warnings.append(f"reservations not readable ({exc}): the last ones read stay in use")
+        return r.current
+
+    def limits(self, now: float, warnings: list[str]) -> Limits:
+        """QOS and association limits, read again when `limits.READ_EVERY_S` has passed: one
+        ``scontrol show config``, and the two ``sacctmgr`` reads only where Slurm enforces limits."""
+        r = self._limits
+        if r.due(now):
+            try:
+                config = self.runner.run(SCONTROL_CONFIG, self.config.timeout_s)
+                enforced, cluster = needs_limits(config)
+                if enforced:
+                    qos = self.runner.run(SACCTMGR_QOS, self.config.timeout_s)
+                    assocs = self.runner.run(sacctmgr_assoc(cluster), self.config.timeout_s)
+                    warnings.extend(r.update(now, config, qos, assocs))
+                else:
+                    r.update(now, config)
+            except SlurmCommandError as exc:
+                r.failed(now)
+                warnings.append(f"QOS/association limits not readable ({exc}): the last ones read stay in use")
         return r.current
 
     @property
@@ -480,11 +546,12 @@ class SnapshotReader:
         nodes = self.read_nodes()
         jobs, warnings = parse_jobs_tolerant(load_json(squeue_out, "squeue --json"))
         reservations = self.reservations(now, warnings)
+        limits = self.limits(now, warnings)
         topo, topo_warnings = self.topology(nodes)
         return build_snapshot(jobs, nodes, topo, self.config, now,
                               slurm_calls=stats.total_calls - calls0,
                               latency_s=sum(stats.seconds.values()) - secs0,
-                              warnings=[*topo_warnings, *warnings], reservations=reservations)
+                              warnings=[*topo_warnings, *warnings], reservations=reservations, limits=limits)
 
 
 def _nodes_with_gres_used(doc: Mapping[str, Any]) -> list[SlurmNode] | None:

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from themis_slurm.core.topology import Topology
+from themis_slurm.slurm.actions import check_still_requeueable
+from themis_slurm.slurm.limits import Limits, LimitView, count_usage
 from themis_slurm.slurm.model import ManagedJob, Snapshot
 
 
@@ -55,6 +57,8 @@ class FakeJob:
     array_task_id: int | None = None
     array_max_tasks: int | None = None
     allowed_nodes: frozenset[str] | None = None  # where Slurm would start it (its type, -w, -x): else refused
+    account: str = ""  # the Slurm account it runs under (-A)
+    qos: str = "normal"  # its QOS (with `account`: the limits of FakeSlurm.limits it counts towards)
 
     @property
     def slurm_id(self) -> int:
@@ -83,6 +87,9 @@ class FakeSlurm:
         self._next = 100
         self._pins: dict[str, dict[str, int]] = {}  # job -> per-node GPU counts of its pin
         self.gpu_history: list[dict[int, str]] = []
+        #: QOS/association limits Slurm enforces (slurm/limits.py): a released job over one stays pending
+        #: with the limit's reason, and snapshots carry them as the CLI backend reads them
+        self.limits: Limits | None = None
 
     # -------------------------------------------------------------------------------- test controls
     def submit(self, user: str, app: str, gpus: int, work_s: float, **kw: object) -> str:
@@ -182,6 +189,9 @@ class FakeSlurm:
         for j in sorted(self.jobs.values(), key=lambda x: x.slurm_id):
             if j.state != "PENDING" or j.held or j.blocked or j.limit_reason:
                 continue
+            view = self._limit_view()
+            if view is not None and view.blocked(j.user, j.account, "gpu", j.qos, j.gpus) is not None:
+                continue  # QOS/association limit (Slurm's reason: QOSMaxGRESPerUser, AssocGrpGRES, ...)
             if j.array_max_tasks and sum(1 for o in self.jobs.values() if o.array_job_id == j.array_job_id
                                          and o.state == "RUNNING") >= j.array_max_tasks:
                 continue  # JobArrayTaskLimit
@@ -238,13 +248,24 @@ class FakeSlurm:
         used_u = frozenset(g for j in running if not j.managed for g in j.gpu_ids)
         down = frozenset(g for n in self.down for g in self.topo.node_gpus.get(n, ()))
         free = frozenset(range(self.topo.size)) - used_m - used_u - down
-        managed = tuple(self._managed(j) for j in sorted(self.jobs.values(), key=lambda x: x.slurm_id) if j.managed)
+        view = self._limit_view()
+        managed = tuple(self._managed(j, view) for j in sorted(self.jobs.values(), key=lambda x: x.slurm_id)
+                        if j.managed)
         return Snapshot(time=self.now, topology=self.topo, free=free, unmanaged=used_u,
                         unavailable=down - used_m - used_u, managed=managed, slurm_calls=2,
                         managed_used=used_m, finished=dict(self.ended),
-                        finished_times=dict(self.ended_times))  # fmt: skip
+                        finished_times=dict(self.ended_times), limits=view)  # fmt: skip
 
-    def _managed(self, j: FakeJob) -> ManagedJob:
+    def _limit_view(self) -> LimitView | None:
+        if self.limits is None or not self.limits.enforced:
+            return None
+        return LimitView(self.limits, count_usage(self.limits, (
+            (j.state, j.user, j.account, "gpu", j.qos, j.gpus) for j in self.jobs.values())))
+
+    def _managed(self, j: FakeJob, view: LimitView | None = None) -> ManagedJob:
+        blocked = j.blocked if j.state == "PENDING" else None
+        if blocked is None and j.state == "PENDING" and view is not None:
+            blocked = view.blocked(j.user, j.account, "gpu", j.qos, j.gpus)
         return ManagedJob(
             job_id=j.job_id, slurm_id=j.slurm_id, app_key=f"{j.user}/{j.app}", user=j.user, state=j.state,
             held=j.held, gpus=j.gpus, gpus_per_node=j.gpus_per_node, nodes=j.nodes,
@@ -252,9 +273,10 @@ class FakeSlurm:
             profile=j.profile, progress=j.progress, progress_error=j.progress_error, requeue_ok=j.requeue_ok,
             restart_cnt=j.restart_cnt, submit_time=j.submit_time, start_time=j.start_time,
             required_nodes=j.required_nodes, priority=0 if j.held else 1,
-            reason="JobHeldUser" if j.held else (j.limit_reason or ""), blocked=j.blocked if j.state == "PENDING" else None,
+            reason="JobHeldUser" if j.held else (j.limit_reason or ""), blocked=blocked,
             array_job_id=j.array_job_id, array_task_id=j.array_task_id, array_max_tasks=j.array_max_tasks,
             allowed_nodes=j.allowed_nodes, limits="test limits" if j.allowed_nodes is not None else "",
+            account=j.account, qos=j.qos, partition="gpu",
         )  # fmt: skip
 
     def start(self, job: ManagedJob, node_gpus: Mapping[str, int]) -> None:
@@ -278,6 +300,9 @@ class FakeSlurm:
         self._leave("warn")
 
     def requeue(self, job: ManagedJob) -> None:
+        if job.job_id not in self.jobs and job.job_id in self.ended:  # as the adapter's live state check
+            self.calls.append(("requeue", job.job_id))
+            check_still_requeueable(job, self.ended[job.job_id])
         j = self._enter("requeue", job)
         if j.state == "RUNNING":
             self._stop(j)

@@ -129,3 +129,39 @@ def test_submitted_falls_back_to_first_seen_on_rows_of_older_daemons() -> None:
     assert submitted(row, replace(JOB, submit_time=500.0)) == 100.0  # requeued since: first_seen is earlier
     assert submitted(row, replace(JOB, submit_time=0.0)) == 100.0  # unknown
     assert submitted(replace(row, submit_time=42.0), replace(JOB, submit_time=500.0)) == 42.0
+
+
+def test_a_loser_that_ends_before_its_requeue_is_not_run_again(slurm: FakeSlurm,
+                                                                make_daemon: Callable[..., Daemon]) -> None:
+    # Slurm requeues a finished batch job too: a loser that completes between the cycle's read and its
+    # requeue (end of grace) would run a second time. The requeue is refused; the job is booked finished.
+    d = make_daemon(grace_s=20.0)
+    hog = [slurm.submit("alice", "hog", 4, 5000.0, gpus_per_node=4, est_s=5000.0) for _ in range(2)]
+    run(d, slurm, 10)
+    late = slurm.submit("bob", "late", 4, 300.0, gpus_per_node=4, est_s=300.0)
+    for _ in range(40):
+        d.cycle()
+        if actions(slurm, "warn"):
+            break
+        slurm.advance(5)
+    [(_, victim)] = actions(slurm, "warn")
+    assert victim in hog
+    read = slurm.snapshot
+
+    def read_then_finish() -> object:  # the victim completes just after the cycle's read
+        snap = read()
+        if d.store.job(victim).intent == "warned" and slurm.now - d.store.job(victim).warn_time >= 20.0:
+            slurm.cancel(victim, "COMPLETED")
+        return snap
+
+    slurm.snapshot = read_then_finish  # type: ignore[method-assign]
+    for _ in range(10):
+        slurm.advance(5)
+        d.cycle()
+    assert actions(slurm, "requeue", victim) == [("requeue", victim)], "tried once, refused by the state check"
+    slurm.snapshot = read  # type: ignore[method-assign]
+    run(d, slurm, 20)
+    assert victim not in slurm.jobs
+    assert actions(slurm, "requeue", victim) == [("requeue", victim)], "not retried"
+    assert d.store.job(victim) is None, "booked as finished"
+    assert slurm.jobs[late].state == "RUNNING"

@@ -34,6 +34,9 @@ class FakeRunner:
         if match is None and args[:3] == ["scontrol", "show", "reservation"]:
             self.stats.add(command_name(args), 0.001, False)
             return "No reservations in the system\n"  # the fake cluster has none unless a test says so
+        if match is None and args[:3] == ["scontrol", "show", "config"]:
+            self.stats.add(command_name(args), 0.001, False)
+            return "AccountingStorageEnforce = none\nClusterName = fake\n"  # no limits unless a test says so
         answer: Answer = self.answers[match] if match is not None else SlurmCommandError(
             args, 1, f"fake: no answer for {args}")
         if callable(answer) and not isinstance(answer, Exception):
@@ -49,7 +52,7 @@ def job(job_id: int, *, user: str = "alice", state: str = "PENDING", partition: 
         nodes: str = "", node_count: int = 1, gres_detail: Sequence[str] = (), array_job_id: int = 0,
         array_task_id: int | None = None, array_task_string: str = "", priority: int = 0,
         reason: str = "JobHeldUser", requeue: bool = True, restart_cnt: int = 0, required_nodes: str = "",
-        tres_per_job: str = "") -> dict[str, Any]:
+        tres_per_job: str = "", account: str = "") -> dict[str, Any]:
     """One v0.0.38 job object with the fields the parser reads."""
     return {
         "job_id": job_id, "array_job_id": array_job_id, "array_task_id": array_task_id,
@@ -59,7 +62,7 @@ def job(job_id: int, *, user: str = "alice", state: str = "PENDING", partition: 
         "excluded_nodes": "", "gres_detail": list(gres_detail), "tres_per_node": gres, "tres_per_job": tres_per_job,
         "tres_alloc_str": "", "tres_req_str": "", "time_limit": 60, "submit_time": 1000, "start_time": 0,
         "end_time": 0, "comment": comment, "admin_comment": record or "", "restart_cnt": restart_cnt,
-        "requeue": requeue, "batch_flag": True,
+        "requeue": requeue, "batch_flag": True, "account": account,
     }
 
 

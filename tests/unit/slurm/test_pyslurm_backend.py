@@ -30,6 +30,7 @@ from themis_slurm.slurm.backend import CliBackend
 from themis_slurm.slurm.backends import BackendUnavailable, major_minor, make_backend
 from themis_slurm.slurm.eligibility import blocked_reason
 from themis_slurm.slurm.gres import gpu_count
+from themis_slurm.slurm.limits import SCONTROL_CONFIG
 from themis_slurm.slurm.model import AdapterConfig, ManagedJob, Snapshot
 from themis_slurm.slurm.parse import job_from_json, node_from_json
 from themis_slurm.slurm.pyslurm_backend import (
@@ -137,6 +138,8 @@ class FakeJob:
         self.num_nodes = 1
         self.allocated_nodes = self.required_nodes = self.excluded_nodes = None
         self.comment, self.admin_comment = None, RECORD
+        self.account: str | None = None
+        self.qos: str | None = None
         self.requeue_count, self.is_requeueable, self.is_batch_job = 0, True, True
         self.time_limit, self.submit_time = 60, 1000
         self.start_time = self.end_time = self.eligible_time = self.dependencies = None
@@ -244,6 +247,7 @@ def pjob(j: dict[str, Any]) -> FakeJob:
         allocated_nodes=j["nodes"] or None, required_nodes=j["required_nodes"] or None,
         excluded_nodes=j["excluded_nodes"] or None, comment=j["comment"] or None,
         admin_comment=j["admin_comment"] or None, requeue_count=j["restart_cnt"], is_requeueable=j["requeue"],
+        account=j.get("account") or None,
         is_batch_job=j["batch_flag"], time_limit=j["time_limit"], submit_time=j["submit_time"] or None,
         start_time=j["start_time"] or None, end_time=j["end_time"] or None,
         eligible_time=j.get("eligible_time") or None, dependencies=dependency_dict(j.get("dependency", "")),
@@ -441,9 +445,10 @@ def test_snapshot_equals_the_cli_backends(tmp_path: Path) -> None:
     assert set(by_id(ps)) == {"10", "30", "120_3", "120_4", "120_5", "120_6", "120_7", "120_0", "40"}
     assert ps.warnings == cli.warnings
     # two pyslurm loads, and the reservations (scontrol, at most every READ_EVERY_S: reservations.py)
-    assert ps.slurm_calls == 3 and runner.calls == [SCONTROL_RESERVATIONS]
+    # and the limits' `scontrol show config` (limits.py: sacctmgr only where Slurm enforces limits)
+    assert ps.slurm_calls == 4 and runner.calls == [SCONTROL_RESERVATIONS, SCONTROL_CONFIG]
     assert mod.log == [("pyslurm", "Jobs.load"), ("pyslurm", "Nodes.load")]
-    assert runner.stats.calls == {"pyslurm Jobs.load": 1, "pyslurm Nodes.load": 1, "scontrol show": 1}
+    assert runner.stats.calls == {"pyslurm Jobs.load": 1, "pyslurm Nodes.load": 1, "scontrol show": 2}
     mj = by_id(ps)["10"]
     assert mj.app_key == "alice/sweep" and mj.progress == 0.5 and mj.gpus == 4 and mj.nodes == 2
     assert by_id(ps)["120_3"].array_max_tasks == 2 and by_id(ps)["40"].blocked is None
@@ -455,10 +460,10 @@ def test_per_job_request_read_once_from_squeue(tmp_path: Path) -> None:
     other = job(71, gres="gres/gpu:1")
     b, mod, runner = backend(tmp_path, [pjob(j), pjob(other)], answers={("squeue",): squeue(j, other)})
     s1 = b.snapshot()
-    assert by_id(s1)["70"].gpus == 8 and s1.slurm_calls == 4
-    assert runner.calls == [["squeue", "--all", "--states=all", "--json"], SCONTROL_RESERVATIONS]
+    assert by_id(s1)["70"].gpus == 8 and s1.slurm_calls == 5
+    assert runner.calls == [["squeue", "--all", "--states=all", "--json"], SCONTROL_RESERVATIONS, SCONTROL_CONFIG]
     s2 = b.snapshot()
-    assert by_id(s2)["70"].gpus == 8 and s2.slurm_calls == 2 and len(runner.calls) == 2
+    assert by_id(s2)["70"].gpus == 8 and s2.slurm_calls == 2 and len(runner.calls) == 3
     mod.jobs[:] = [pjob(other)]
     b.snapshot()
     assert b._per_job == {}  # forgotten once the job is gone
@@ -562,27 +567,37 @@ def test_warn_refusals_make_no_call(job_: ManagedJob, match: str) -> None:
 
 
 def test_requeue_holds_then_clears_the_pin() -> None:
-    b, _, log = acting()
+    b, _, log = acting([FakeJob(42, state="RUNNING")])
     b.requeue(RUNNING)
-    assert log == [("pyslurm", "requeue", 42, "hold=True"), CLEAR]
+    assert log == [("pyslurm", "Job.load", 42), ("pyslurm", "requeue", 42, "hold=True"), CLEAR]
+
+
+@pytest.mark.parametrize("state", ["COMPLETED", "FAILED", "CANCELLED"])
+def test_requeue_is_never_sent_to_a_job_that_has_ended(state: str) -> None:
+    # Slurm requeues a finished batch job too: it would run a second time
+    b, _, log = acting([FakeJob(42, state=state)])
+    with pytest.raises(ActionRefused, match=f"{state} in Slurm now .*not requeued"):
+        b.requeue(RUNNING)
+    assert log == [("pyslurm", "Job.load", 42)]
 
 
 def test_requeue_of_an_already_pending_job_holds_it() -> None:
-    b, mod, log = acting()
+    b, mod, log = acting([FakeJob(42, state="PENDING")])
     mod.fail["requeue"] = RPCError(2019, "Job is pending execution")
     b.requeue(RUNNING)
-    assert log == [("pyslurm", "requeue", 42, "hold=True"), ("pyslurm", "hold", 42), CLEAR]
+    assert log == [("pyslurm", "Job.load", 42), ("pyslurm", "requeue", 42, "hold=True"), ("pyslurm", "hold", 42),
+                   CLEAR]
 
 
 def test_requeue_other_errors_name_job_and_action_and_stop() -> None:
-    b, mod, log = acting()
+    b, mod, log = acting([FakeJob(42, state="RUNNING")])
     mod.fail["requeue"] = RPCError(2017, "Invalid job id specified")
     with pytest.raises(PyslurmCallError) as exc:
         b.requeue(RUNNING)
     err = exc.value
     assert isinstance(err, SlurmCommandError) and err.job_id == "42" and err.action == "requeuehold"
     assert str(err) == "pyslurm requeuehold of job 42 failed (Slurm error 2017): Invalid job id specified"
-    assert err.stderr == "Invalid job id specified" and len(log) == 1
+    assert err.stderr == "Invalid job id specified" and len(log) == 2
     assert b.runner.stats.errors == {"pyslurm requeuehold": 1}
 
 

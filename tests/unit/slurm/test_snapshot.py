@@ -47,8 +47,9 @@ def test_two_calls_regardless_of_job_count(tmp_path: Path) -> None:
     b, runner = backend(tmp_path, jobs)
     s = b.snapshot()
     assert len(s.managed) == 200
-    assert s.slurm_calls == 3  # and the reservations, read at most every READ_EVERY_S
-    assert [c[0] for c in runner.calls] == ["squeue", "sinfo", "scontrol"]
+    assert s.slurm_calls == 4  # and the reservations and the limits' config, read at most every READ_EVERY_S
+    assert [c[:3] for c in runner.calls] == [["squeue", "--all", "--states=all"], ["sinfo", "--all", "--json"],
+                                             ["scontrol", "show", "reservation"], ["scontrol", "show", "config"]]
     assert all(t == 30.0 for t in runner.timeouts)
     assert b.snapshot().slurm_calls == 2
 
@@ -239,7 +240,7 @@ def test_sinfo_without_gres_used_falls_back_to_scontrol(tmp_path: Path) -> None:
     b = CliBackend(runner, AdapterConfig(slurm_conf=str(path)))
     s = b.snapshot()
     # first cycle: sinfo (no gres_used), scontrol --json (not answered), scontrol -d -o
-    assert s.slurm_calls == 5 and 0 in s.unmanaged and s.topology.size == 16  # and the reservations
+    assert s.slurm_calls == 6 and 0 in s.unmanaged and s.topology.size == 16  # and the reservations, limits
     assert b.snapshot().slurm_calls == 2, "later cycles go straight to what worked"
 
 
@@ -250,7 +251,7 @@ def test_grouped_sinfo_uses_scontrol_json_and_stays_at_two_calls(tmp_path: Path)
     runner = FakeRunner({("squeue",): squeue(), ("sinfo",): grouped,
                          ("scontrol", "show", "nodes", "--json"): sinfo(*ALL_NODES)})
     b = CliBackend(runner, AdapterConfig(slurm_conf=str(path)))
-    assert b.snapshot().slurm_calls == 4  # and the reservations
+    assert b.snapshot().slurm_calls == 5  # and the reservations and the limits' config
     runner.calls.clear()
     s = b.snapshot()
     assert s.slurm_calls == 2 and [c[:2] for c in runner.calls] == [["squeue", "--all"], ["scontrol", "show"]]

@@ -106,24 +106,42 @@ def test_warn_refuses_a_job_that_is_not_running() -> None:
 
 
 def test_requeue_holds_and_clears_the_pin() -> None:
-    a, r = actions()
+    a, r = actions({**OK, ("squeue",): "RUNNING\n"})
     a.requeue(JOB)
-    assert r.calls == [["scontrol", "requeuehold", "42"], ["scontrol", "update", "JobId=42", "ReqNodeList="]]
+    assert r.calls == [["squeue", "-h", "-j", "42", "-o", "%T"], ["scontrol", "requeuehold", "42"],
+                       ["scontrol", "update", "JobId=42", "ReqNodeList="]]
+
+
+@pytest.mark.parametrize("state", ["COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "COMPLETING", ""])
+def test_requeue_is_never_sent_to_a_job_that_has_ended(state: str) -> None:
+    # Slurm requeues a finished batch job too (`scontrol requeuehold` of a COMPLETED job makes it PENDING,
+    # held): a job that ended between the cycle's read and its requeue would run a second time
+    a, r = actions({**OK, ("squeue",): f"{state}\n"})
+    with pytest.raises(ActionRefused, match="not requeued, so it does not run again"):
+        a.requeue(JOB)
+    assert [c[0] for c in r.calls] == ["squeue"]
+
+
+def test_requeue_of_a_job_leaving_its_nodes_after_a_requeue_is_sent() -> None:
+    # COMPLETING after a requeue (`ManagedJob.requeued`): a requeue that has not shown yet, sent again
+    a, r = actions({**OK, ("squeue",): "COMPLETING\n"})
+    a.requeue(replace(JOB, requeued=True))
+    assert [c[1] for c in r.calls] == ["-h", "requeuehold", "update"]
 
 
 def test_requeue_retry_on_already_pending_job_holds_it() -> None:
     err = SlurmCommandError(["scontrol", "requeuehold", "42"], 1, "Job is pending execution for job 42")
     a, r = actions({("scontrol", "requeuehold"): err, **OK})
     a.requeue(JOB)
-    assert [c[1] for c in r.calls] == ["requeuehold", "hold", "update"]
+    assert [c[1] for c in r.calls] == ["-h", "requeuehold", "hold", "update"]
 
 
 def test_requeue_other_errors_propagate_and_nothing_else_runs() -> None:
     err = SlurmCommandError(["scontrol", "requeuehold", "42"], 1, "Invalid job id specified")
-    a, r = actions({("scontrol", "requeuehold"): err, **OK})
+    a, r = actions({("scontrol", "requeuehold"): err, **OK, ("squeue",): "RUNNING\n"})
     with pytest.raises(SlurmCommandError, match="scontrol requeuehold 42 failed .*Invalid job id"):
         a.requeue(JOB)
-    assert len(r.calls) == 1
+    assert len(r.calls) == 2
 
 
 @pytest.mark.parametrize("action", ["warn", "requeue"])
