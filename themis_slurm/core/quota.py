@@ -75,11 +75,16 @@ def quota_stop(rs: RoundState, app_id: str, gangs: Sequence[Gang], have: dict[En
 
 
 def _app_gpus(rs: RoundState) -> dict[str, int]:
+    """GPUs each app holds for the next lease so far: leases that stay (rs.held), renewals outside rs.held
+    (a reservation's gang that keeps its GPUs), and what it got this round."""
     held: dict[str, int] = {}
     jobs = rs.jobs
     for jid, lease in rs.held.items():
         aid = jobs[jid].app_id
         held[aid] = held.get(aid, 0) + len(lease.gpus)
+    for r in rs.renewals:
+        if r.job_id not in rs.held:
+            held[r.app_id] = held.get(r.app_id, 0) + len(r.gpus)
     for aid, gangs in rs.got.items():
         held[aid] = held.get(aid, 0) + sum(len(g.gpus) for g in gangs)
     return held

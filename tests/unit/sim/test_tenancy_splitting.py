@@ -68,6 +68,13 @@ def test_splitting_the_issues_case_buys_nothing(k: int) -> None:
     assert a_over_b([3600.0] * 16, k, 8, 1, "user,app") == pytest.approx(1.0, abs=TOLERANCE)
 
 
+def test_a_gang_kept_by_its_reservation_counts_towards_its_users_quota() -> None:
+    """Found by the property test below: at a lease expiry B's 2-GPU gang kept its GPUs through the
+    reservation phase, the quota did not count them, and the leftover gave B a third gang past its quota
+    while A's own expiring job waited (A/B 0.834 over 1,200 s)."""
+    assert a_over_b([600.0, 983.0, 1417.0, 1417.0], 4, 8, 2, "user,app") == pytest.approx(1.0, abs=TOLERANCE)
+
+
 def test_splitting_buys_gpu_time_when_apps_alone_count() -> None:
     """The property is not vacuous: the same measurement with the levels app sees the split pay."""
     assert a_over_b([3600.0] * 16, 8, 8, 1, "app") > 1 + 10 * TOLERANCE
