@@ -41,6 +41,8 @@ DEFAULT_PATH = Path("/etc/themis/themis.yaml")
 MODES = ("enforce", "observe")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 BACKENDS = ("auto", "cli", "pyslurm")  # slurm.backend: see themis_slurm/slurm/backends.py
+TENANCY_LEVELS = ("account", "user", "app")  # tenancy.levels: a sub-sequence ending with app (core/tenancy.py)
+TENANCY_SHARES = ("auto", "slurm", "equal")  # tenancy.shares
 
 
 class ConfigError(ValueError):
@@ -215,6 +217,23 @@ class ApiConfig:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
 
 
+@dataclass(frozen=True)
+class TenancyConfig:
+    """Which levels of Slurm's account tree an app's share comes from, and where the shares come from
+    (daemon/tenancy.py applies it; docs/admin-guide.md, "Tenancy").
+
+    `levels` is ``"auto"`` or a tuple out of account, user, app ending with app; ``("app",)`` is the paper's
+    flat 1/N, and the default until per-tenant quotas are finish-time fair: today they cost finish-time
+    fairness where every user runs one app (docs/evaluation.md, "Tenancy"). `shares` ``auto`` is ``slurm``
+    (sshare's RawShares) on a cluster with accounting, ``equal`` without. The tree is read again every
+    `refresh_s` seconds and at every SIGHUP.
+    """
+
+    levels: str | tuple[str, ...] = ("app",)
+    shares: str = "auto"
+    refresh_s: float = 300.0
+
+
 def _names(v: Any) -> tuple[str, ...]:
     if v is None:
         return ()
@@ -239,6 +258,7 @@ class Config:
     failopen: FailOpenConfig = field(default_factory=FailOpenConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
+    tenancy: TenancyConfig = field(default_factory=TenancyConfig)
     source: str = "<defaults>"
 
     @property
@@ -334,6 +354,7 @@ BOUNDS: dict[str, Bound] = {
     "failopen.after_s": Bound(0.0, "s", "0 = never fail open"),
     "api.request_timeout_s": Bound(0.1, "s", "a client needs time to send its request"),
     "api.write_timeout_s": Bound(0.1, "s", "a response needs time to be sent"),
+    "tenancy.refresh_s": Bound(10.0, "s", "every refresh asks slurmctld for the whole association tree"),
 }
 
 
@@ -416,6 +437,19 @@ def optional_path(v: Any) -> str:
     return path(v)
 
 
+def tenancy_levels(v: Any) -> str | tuple[str, ...]:
+    """tenancy.levels: ``auto``, or a list out of account, user, app, in that order, ending with app."""
+    expected = "auto, or a list out of account, user, app in that order ending with app (e.g. [user, app])"
+    if isinstance(v, str) and v.lower() == "auto":
+        return "auto"
+    if not isinstance(v, list) or not v or not all(isinstance(x, str) for x in v):
+        raise _Bad(expected)
+    levels = tuple(x.lower() for x in v)
+    if levels[-1] != "app" or list(levels) != [lv for lv in TENANCY_LEVELS if lv in levels]:
+        raise _Bad(expected)
+    return levels
+
+
 def partitions(v: Any) -> tuple[str, ...]:
     if isinstance(v, str):
         v = [v]
@@ -486,6 +520,8 @@ _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
                         "request_timeout_s": at_least("api.request_timeout_s", positive),
                         "write_timeout_s": at_least("api.write_timeout_s", positive),
                         "max_connections": at_least_one}),
+    "tenancy": (TenancyConfig, {"levels": tenancy_levels, "shares": one_of(TENANCY_SHARES),
+                                "refresh_s": at_least("tenancy.refresh_s", positive)}),
 }  # fmt: skip
 
 

@@ -33,6 +33,7 @@ from themis_slurm.core.arbiter import run_round
 from themis_slurm.core.calibration import NONE, Calibration, UserHistory, calibrate, finished_ratio
 from themis_slurm.core.decision import Decision
 from themis_slurm.core.state import ClusterState
+from themis_slurm.core.tenancy import FLAT, Tenancy
 from themis_slurm.daemon.config import Config
 from themis_slurm.daemon.estimates import done_and_work, submitted
 from themis_slurm.daemon.metrics import Metrics
@@ -53,9 +54,11 @@ from themis_slurm.daemon.planning import (
 )
 from themis_slurm.daemon.reconcile import Fix, reconcile
 from themis_slurm.daemon.store import AppRow, JobRow, Store
+from themis_slurm.daemon.tenancy import TenancyKeeper
 from themis_slurm.gc_pause import collector_paused
 from themis_slurm.slurm.actions import ActionRefused
 from themis_slurm.slurm.model import ManagedJob, SlurmBackend, Snapshot
+from themis_slurm.slurm.shares import SharesReader
 
 log = logging.getLogger("themisd")
 #: Finished jobs kept per user for calibration: at least this many, more when the window is larger (a
@@ -136,6 +139,12 @@ class Daemon:
         self._learned: dict[str, tuple[str, float]] = store.learned()
         self.last_snapshot: Snapshot | None = None  # served by the status API (no extra Slurm reads)
         self.last_cycle_time: float | None = None
+        # tenancy (issue 33): the account tree the apps' shares come from, read through the backend's runner
+        # (both backends have one; a backend without it cannot read the tree: daemon/tenancy.py's fallback)
+        runner = getattr(backend, "runner", None)
+        self.tenancy = TenancyKeeper(cfg.tenancy, SharesReader(runner, cfg.slurm.action_timeout_s)
+                                     if runner is not None else None)  # fmt: skip
+        self._tree: Tenancy = FLAT  # this cycle's (set at the start of each cycle)
         # calibration: the histories read from the store when needed, and the Calibration made from them
         self._histories: dict[str, UserHistory] | None = None
         self._calibration: Calibration | None = None
@@ -152,6 +161,7 @@ class Daemon:
             log.warning("config reload: mode %s -> %s", self.cfg.mode, new.mode)
         self.cfg = new
         self._last_signature = None
+        self.tenancy.configure(new.tenancy)  # the tree is read again at the next cycle (SIGHUP)
         self._histories = self._calibration = None
 
     # ------------------------------------------------------------------------------------------ actions
@@ -234,14 +244,17 @@ class Daemon:
         if any(f.kind != "new" for f in fixes):
             self._last_signature = None  # intents changed: a round may decide something new
 
+        self._tree = self.tenancy.tenancy(now)  # refreshed every tenancy.refresh_s and after a reload
         apps = self._account(snap, jobs, rows, now)
+        self.tenancy.check_apps((a.account, a.owner) for a in apps.values())
 
         gone = [j for j, v in self._learned.items() if j not in jobs or v[1] <= now]
         if gone:
             with self.store.tx():
                 self.store.forget_learned(gone)
             self._learned = {j: v for j, v in self._learned.items() if j not in gone}
-        inp = build_round(snap, rows, apps, self.cfg, now, {j: why for j, (why, _) in self._learned.items()})
+        inp = build_round(snap, rows, apps, self.cfg, now, {j: why for j, (why, _) in self._learned.items()},
+                          tenancy=self._tree)
         trigger = round_due(inp, self._last_signature)
         report = dict(trigger=trigger)
         if trigger is not None:
@@ -394,7 +407,7 @@ class Daemon:
                 delta[mj.app_key] = delta.get(mj.app_key, 0.0) + new.service_s - row.service_s
         old_apps = self.store.apps()
         submits = {jid: submitted(row, mj) for jid, row in rows.items() if (mj := jobs.get(jid)) is not None}
-        apps = advance_apps(old_apps, snap.managed, now, delta, submits)
+        apps = advance_apps(old_apps, snap.managed, now, delta, submits, tenancy=self._tree)
         with self.store.tx():
             self.store.put_jobs(changed)
             self.store.put_apps(app for key, app in apps.items() if old_apps.get(key) != app)

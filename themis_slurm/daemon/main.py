@@ -55,8 +55,11 @@ def _load_or_exit(path: Path) -> Config:
 
 def _check(path: Path) -> None:
     cfg = _load_or_exit(path)
+    ten = cfg.tenancy
+    levels = ten.levels if isinstance(ten.levels, str) else " -> ".join(ten.levels)
     click.echo(f"{path}: OK (mode {cfg.mode}, lease {cfg.scheduler.lease_minutes:g} min, "
-               f"partitions {','.join(cfg.slurm.partitions)}, state {cfg.db_path})")
+               f"partitions {','.join(cfg.slurm.partitions)}, tenancy {levels} with {ten.shares} shares, "
+               f"state {cfg.db_path})")
     sys.exit(0)
 
 

@@ -32,6 +32,8 @@ from themis_slurm.core.decision import Decision, PreemptionCause, Renewal, Renew
 from themis_slurm.core.fairness import FairnessModel, app_throughput
 from themis_slurm.core.placement import get_profile
 from themis_slurm.core.state import ClusterState
+from themis_slurm.core.tenancy import FLAT, Tenancy
+from themis_slurm.core.tenancy import contention as tree_contention
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import App, Job, Lease
 from themis_slurm.daemon.config import Config
@@ -118,29 +120,56 @@ def settled(row: JobRow, start: float | None, end: float | None) -> JobRow:
                    done_service=max(0.0, row.done_service + row.gpus * factor * dt), accounted_until=end)
 
 
-def advance_apps(apps: Mapping[str, AppRow], jobs: Iterable[ManagedJob], now: float,
-                 service_delta: Mapping[str, float], submits: Mapping[str, float] | None = None) -> dict[str, AppRow]:
-    """Contention clocks, peak GPUs and service of every app; apps without jobs become inactive.
+def first_account(mjs: Iterable[ManagedJob], submits: Mapping[str, float]) -> str:
+    """The account of an app's first job (earliest submission, then job id): the app's account for its life.
 
-    N (apps contending) is the number of apps with at least one active job. An app that comes back after
-    it went idle starts afresh (new arrival): a new sweep under an old name is a new app, arriving with the
-    first submission of its jobs (`submits`, job id -> :func:`submitted`; SubmitTime as read for the others).
+    An app whose jobs run under several accounts (a tag reused with ``-A``) is placed under one of them,
+    the one it arrived with, so that its place in the tree does not move as its jobs come and go."""
+    first = min(mjs, key=lambda m: (submits.get(m.job_id, m.submit_time), m.slurm_id, m.job_id))
+    return first.account
+
+
+def advance_apps(apps: Mapping[str, AppRow], jobs: Iterable[ManagedJob], now: float,
+                 service_delta: Mapping[str, float], submits: Mapping[str, float] | None = None,
+                 tenancy: Tenancy = FLAT) -> dict[str, AppRow]:
+    """Contention clocks, peak GPUs, service and account of every app; apps without jobs become inactive.
+
+    N, what each app's clock integrates from now on, is the app's effective number of contenders under
+    `tenancy` (core/tenancy.py: 1 / its fraction of the cluster in the account -> user -> app tree of the
+    apps with at least one active job); with the levels [app] it is the number of those apps, the paper's
+    N. An app that went idle counts the same N as the others from now on (it contends with nobody, but
+    its clock must keep running). An app that comes back after it went idle starts afresh (new arrival): a
+    new sweep under an old name is a new app, arriving with the first submission of its jobs (`submits`,
+    job id -> :func:`submitted`; SubmitTime as read for the others), under its first job's account
+    (:func:`first_account`). A tree that changed since the last cycle applies from `now`: the time so far
+    stays booked at the N it had.
     """
     submits = submits or {}
     by_app: dict[str, list[ManagedJob]] = {}
     for mj in jobs:
         by_app.setdefault(mj.app_key, []).append(mj)
     n = float(len(by_app))
+    accounts: dict[str, str] = {}
+    for key, mjs in by_app.items():
+        old = apps.get(key)
+        keep = old is not None and old.active and old.account
+        accounts[key] = old.account if keep and old is not None else first_account(mjs, submits)
+    if tenancy.flat:
+        each = dict.fromkeys(by_app, n)
+    else:
+        each = tree_contention(tenancy, [App(key, apps[key].owner if key in apps else mjs[0].user, 0.0,
+                                        account=accounts[key]) for key, mjs in by_app.items()])
     out: dict[str, AppRow] = {}
     for key, mjs in by_app.items():
         old = apps.get(key)
         demand = sum(m.gpus for m in mjs)
         if old is None or not old.active:
             arrival = min(min(submits.get(m.job_id, m.submit_time) for m in mjs), now)
-            row = AppRow(key, mjs[0].user, arrival, now, now, 0.0, max(1.0, n), peak_gpus=demand)
+            row = AppRow(key, mjs[0].user, arrival, now, now, 0.0, max(1.0, each[key]), peak_gpus=demand,
+                         account=accounts[key])
         else:
-            row = old.with_clock(old.clock.advance(now, n))
-            row = replace(row, peak_gpus=max(row.peak_gpus, demand))
+            row = old.with_clock(old.clock.advance(now, each[key]))
+            row = replace(row, peak_gpus=max(row.peak_gpus, demand), account=accounts[key])
         out[key] = replace(row, service_s=row.service_s + service_delta.get(key, 0.0))
     for key, old in apps.items():
         if key not in by_app and old.active:
@@ -179,8 +208,9 @@ class RoundInput:
 
 
 def build_round(snapshot: Snapshot, rows: Mapping[str, JobRow], apps: Mapping[str, AppRow], cfg: Config,
-                now: float, learned: Mapping[str, str] | None = None) -> RoundInput:
-    """The arbiter's ClusterState for this cycle (see the module docstring).
+                now: float, learned: Mapping[str, str] | None = None, tenancy: Tenancy = FLAT) -> RoundInput:
+    """The arbiter's ClusterState for this cycle (see the module docstring), under `tenancy` (the tree the
+    apps' clocks were advanced with: each App carries its account, the state the tree).
 
     Waiting jobs that Slurm would not start if released (`slurm.eligibility`; ``learned`` adds reasons the
     daemon saw after a release timed out) are left out of the round altogether: they get no grant and
@@ -197,6 +227,7 @@ def build_round(snapshot: Snapshot, rows: Mapping[str, JobRow], apps: Mapping[st
     used: set[int] = set()
     leases: list[Lease] = []
     core_jobs: dict[str, list] = {}
+    accounts: dict[str, str] = {}  # an app's first job's account here (used only when it has no AppRow)
     waiting: set[str] = set()
     expired: set[str] = set()
 
@@ -237,6 +268,7 @@ def build_round(snapshot: Snapshot, rows: Mapping[str, JobRow], apps: Mapping[st
             continue
         if lease is not None:
             leases.append(lease)
+        accounts.setdefault(mj.app_key, mj.account)
         core_jobs.setdefault(mj.app_key, []).append(core_job(mj, work, done, preemptible, row.service_s,
                                                               submitted(row, mj)))
 
@@ -247,11 +279,13 @@ def build_round(snapshot: Snapshot, rows: Mapping[str, JobRow], apps: Mapping[st
         arrival = a.arrival if a else now
         contention = a.clock.average if a else 1.0
         app_objs.append(App(key, owner, arrival, tuple(core_jobs[key]), contention,
-                            a.finished_work if a else 0.0, a.peak_gpus if a else 0))  # fmt: skip
+                            a.finished_work if a else 0.0, a.peak_gpus if a else 0,
+                            account=a.account if a else accounts.get(key, "")))  # fmt: skip
     free = frozenset(snapshot.free) - used
     all_gpus = topo.size
     cluster_gpus = max(1, all_gpus - len(snapshot.unavailable))
-    state = ClusterState(topo, now, free, tuple(leases), tuple(app_objs), cluster_gpus=cluster_gpus)
+    state = ClusterState(topo, now, free, tuple(leases), tuple(app_objs), cluster_gpus=cluster_gpus,
+                         tenancy=tenancy)
     waiting_blocked = {jid: why for jid, why in blocked.items() if jid in rows and rows[jid].intent == "waiting"}
     return RoundInput(state, frozenset(waiting), frozenset(expired), held, frozenset(used), waiting_blocked)
 

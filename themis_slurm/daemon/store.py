@@ -212,8 +212,15 @@ CREATE TABLE learned (
 );
 """
 
+#: v7: each app keeps the Slurm account its jobs run under (issue 33: the account -> user -> app tree its
+#: share comes from, daemon/tenancy.py), set when the app arrives from its first job's account; '' on rows of
+#: older daemons (filled from the app's jobs at the next cycle) and without accounting.
+_V7 = """
+ALTER TABLE apps ADD COLUMN account TEXT NOT NULL DEFAULT '';
+"""
+
 #: Migration k brings the schema from version k to k+1 (version 0 is an empty database).
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
 
 
 FRESH_FLAG = "--fresh-state"
@@ -257,6 +264,7 @@ class AppRow:
     service_s: float = 0.0
     active: int = 1
     rho: float | None = None
+    account: str = ""  # the Slurm account of its first job ("" unknown); see planning.advance_apps
 
     @property
     def clock(self) -> ContentionClock:

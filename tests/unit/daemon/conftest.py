@@ -18,11 +18,14 @@ from .fake_slurm import FakeSlurm
 
 def daemon_config(state_dir: Path, **scheduler: float) -> Config:
     """Short leases (60 s), 10 s grace, no minimum run time, no restart cost in bids: rounds happen within
-    a few simulated cycles, and a 60 s restart cost would halve every bid against a 60 s lease."""
+    a few simulated cycles, and a 60 s restart cost would halve every bid against a 60 s lease. Tenancy:
+    the app level alone (the paper's 1/N these tests were written for; FakeSlurm has no account tree, and
+    test_tenancy_daemon.py sets its own levels)."""
     sched = dict(lease_minutes=1.0, grace_s=10.0, min_runtime_s=0.0, release_timeout_s=20.0, restart_cost_s=0.0)
     sched.update(scheduler)
     cfg = parse({"state_dir": str(state_dir), "poll_interval_s": 5, "metrics": {"listen": ""},
-                 "api": {"listen": ""}, "failopen": {"heartbeat_file": str(state_dir.parent / "heartbeat")}},
+                 "api": {"listen": ""}, "failopen": {"heartbeat_file": str(state_dir.parent / "heartbeat")},
+                 "tenancy": {"levels": ["app"]}},
                 "test.yaml")
     return replace(cfg, scheduler=SchedulerConfig(**sched),
                    estimates=EstimatesConfig(default_s=600.0, min_s=10.0, max_s=86400.0))

@@ -203,7 +203,8 @@ def test_bounds_are_inclusive_and_cover_every_duration() -> None:
                                                        "release_timeout_s": 5, "restart_cost_s": 0},
                  "estimates": {"min_s": 1, "default_s": 1, "max_s": 1},
                  "slurm": {"command_timeout_s": 1, "action_timeout_s": 1, "act_within_s": 1},
-                 "failopen": {"after_s": 0}, "api": {"request_timeout_s": 0.1, "write_timeout_s": 0.1}}
+                 "failopen": {"after_s": 0}, "api": {"request_timeout_s": 0.1, "write_timeout_s": 0.1},
+                 "tenancy": {"refresh_s": 10}}
     cfg = parse(doc)
     assert cfg.poll_interval_s == 0.1 and cfg.slurm.command_timeout_s == 1.0
     assert cfg.slurm.action_timeout_s == 1.0 and cfg.slurm.act_within_s == 1.0
