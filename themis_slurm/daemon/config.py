@@ -157,11 +157,18 @@ class EstimatesConfig:
     calibration_min_jobs: int = _CALIBRATION.min_jobs
     calibration_window: int = _CALIBRATION.window
     calibration_raise_above: float = _CALIBRATION.raise_above
+    calibration_running: bool = _CALIBRATION.running
+    calibration_prior: float | None = _CALIBRATION.prior
+    calibration_prior_users: int = _CALIBRATION.prior_users
+    calibration_peer_floor: bool = _CALIBRATION.peer_floor
+    calibration_peer_tolerance: float = _CALIBRATION.peer_tolerance
 
     def calibration(self) -> CalibrationConfig:
         """The core's calibration knobs: the one place themis.yaml's estimates section meets them."""
         return CalibrationConfig(self.calibrate, self.calibration_min_jobs, self.calibration_window,
-                                 self.calibration_raise_above)
+                                 self.calibration_raise_above, self.calibration_running, self.calibration_prior,
+                                 self.calibration_prior_users, self.calibration_peer_floor,
+                                 self.calibration_peer_tolerance)
 
 
 @dataclass(frozen=True)
@@ -416,6 +423,19 @@ def fraction(v: Any) -> float:
     return x
 
 
+def prior_factor(v: Any) -> float | None:
+    """estimates.calibration_prior: null (learned from the cluster's users) or a factor in [0.01, 100]."""
+    if v is None:
+        return None
+    try:
+        x = _number(v)
+    except _Bad:
+        raise _Bad("null (learned) or a number in [0.01, 100]") from None
+    if not 0.01 <= x <= 100:
+        raise _Bad("null (learned) or a number in [0.01, 100]")
+    return x
+
+
 def one_of(choices: tuple[str, ...]) -> Check:
     def check(v: Any) -> str:
         if not isinstance(v, str) or v.lower() not in choices:
@@ -503,7 +523,12 @@ _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
                                     "calibrate": boolean,
                                     "calibration_min_jobs": at_least_one,
                                     "calibration_window": at_least_one,
-                                    "calibration_raise_above": number_at_least(1.0)}),
+                                    "calibration_raise_above": number_at_least(1.0),
+                                    "calibration_running": boolean,
+                                    "calibration_prior": prior_factor,
+                                    "calibration_prior_users": at_least_one,
+                                    "calibration_peer_floor": boolean,
+                                    "calibration_peer_tolerance": number_at_least(1.0)}),
     "slurm": (SlurmConfig, {
         "partitions": partitions,
         "slurm_conf": optional_path,

@@ -12,8 +12,10 @@ never fatal. Pure functions: the loop calls them with values from the snapshot a
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from themis_slurm.core.calibration import Present
 from themis_slurm.core.placement import PROFILES
 from themis_slurm.core.workload import REPORT_MIN_REMAINING, Job, refine_by_progress
 from themis_slurm.daemon.config import EstimatesConfig
@@ -54,6 +56,25 @@ def estimate(job: ManagedJob, cfg: EstimatesConfig) -> Estimate:
     if raw > cfg.max_s:
         return Estimate(cfg.max_s, source, f"{source} {raw:g}s lowered to the maximum {cfg.max_s:g}s")
     return Estimate(raw, source)
+
+
+def present_by_user(rows: Mapping[str, JobRow], jobs: Mapping[str, ManagedJob],
+                    cfg: EstimatesConfig) -> dict[str, Present]:
+    """What each user's present jobs tell calibration this cycle (core/calibration.py): the median of their
+    claimed run times (the clamped estimate of :func:`estimate`: est=, else the time limit, else the
+    default), and (first estimate, work done at its placement) of every job that has run and not finished,
+    whose overrun is evidence at once. The same as the simulator gives it (sim/engine.py, _present)."""
+    claims: dict[str, list[float]] = {}
+    started: dict[str, list[tuple[float, float]]] = {}
+    for jid, row in rows.items():
+        mj = jobs.get(jid)
+        if mj is None:
+            continue
+        est = estimate(mj, cfg)
+        claims.setdefault(mj.user, []).append(est.est_s)
+        if row.done_service > 0:
+            started.setdefault(mj.user, []).append((est.work(mj.gpus), row.done_service))
+    return {user: Present.of(c, started.get(user, ())) for user, c in claims.items()}
 
 
 def _usable(x: float | None) -> bool:

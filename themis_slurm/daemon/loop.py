@@ -30,12 +30,19 @@ from dataclasses import dataclass, replace
 from themis_slurm import reasons
 from themis_slurm.api.cluster import held_for_granted
 from themis_slurm.core.arbiter import run_round
-from themis_slurm.core.calibration import NONE, Calibration, UserHistory, calibrate, finished_ratio
+from themis_slurm.core.calibration import (
+    NONE,
+    Calibration,
+    UserHistory,
+    calibrate,
+    finished_ratio,
+    with_present,
+)
 from themis_slurm.core.decision import Decision
 from themis_slurm.core.state import ClusterState
 from themis_slurm.core.tenancy import FLAT, Tenancy
 from themis_slurm.daemon.config import Config
-from themis_slurm.daemon.estimates import done_and_work, submitted
+from themis_slurm.daemon.estimates import done_and_work, present_by_user, submitted
 from themis_slurm.daemon.metrics import Metrics
 from themis_slurm.daemon.planning import (
     InPlace,
@@ -145,9 +152,12 @@ class Daemon:
         self.tenancy = TenancyKeeper(cfg.tenancy, SharesReader(runner, cfg.slurm.action_timeout_s)
                                      if runner is not None else None)  # fmt: skip
         self._tree: Tenancy = FLAT  # this cycle's (set at the start of each cycle)
-        # calibration: the histories read from the store when needed, and the Calibration made from them
+        # calibration: the histories read from the store when needed, the Calibration they make alone
+        # (`_finished_cal`, until a job finishes) and with this cycle's present jobs (`_calibration`)
         self._histories: dict[str, UserHistory] | None = None
+        self._finished_cal: Calibration | None = None
         self._calibration: Calibration | None = None
+        self._cal_sources: dict[str, str] = {}  # user -> where their factor came from, last logged
 
     # ------------------------------------------------------------------------------------------ config
     def reload(self, new: Config) -> None:
@@ -162,7 +172,7 @@ class Daemon:
         self.cfg = new
         self._last_signature = None
         self.tenancy.configure(new.tenancy)  # the tree is read again at the next cycle (SIGHUP)
-        self._histories = self._calibration = None
+        self._histories = self._finished_cal = self._calibration = None
 
     # ------------------------------------------------------------------------------------------ actions
     def _now(self) -> float:
@@ -366,19 +376,26 @@ class Daemon:
         cal = self.cfg.estimates.calibration()
         self.store.add_finished(row.job_id, user, row.app_key, now, row.est_work, row.done_service,
                                 keep=max(cal.window, HISTORY_KEPT))
-        self._histories = self._calibration = None  # read again (a few rows per user) at the next accounting
+        self._histories = self._finished_cal = None  # read again (a few rows per user) at the next accounting
         self.metrics.calibration_samples.inc()
         log.info("calibration app=%s job=%s: completed after %.0f of an estimated %.0f GPU-s (ratio %.2f)",
                  row.app_key, row.job_id, row.done_service, row.est_work, row.done_service / row.est_work)
 
     def calibration(self) -> Calibration:
-        """Every user's estimate calibration, from the finished jobs in the store (cached until one more
-        job finishes or the config is reloaded)."""
+        """Every user's estimate calibration as the last accounting made it (from the finished jobs in the
+        store and that cycle's present jobs); before any, from the finished jobs alone."""
         if self._calibration is not None:
             return self._calibration
+        return self._learned_calibration()
+
+    def _learned_calibration(self) -> Calibration:
+        """What the finished jobs in the store say (cached until one more job finishes or the config is
+        reloaded)."""
+        if self._finished_cal is not None:
+            return self._finished_cal
         cal = self.cfg.estimates.calibration()
         if not cal.enabled:
-            self._calibration = NONE
+            self._finished_cal = NONE
             return NONE
         if self._histories is None:
             self._histories = {
@@ -386,15 +403,33 @@ class Daemon:
                                      cal.window)
                 for user, pairs in self.store.finished_history(cal.window).items()
             }
-        self._calibration = calibrate(self._histories, cal)
-        return self._calibration
+        self._finished_cal = calibrate(self._histories, cal)
+        return self._finished_cal
+
+    def _calibrate_now(self, rows: Mapping[str, JobRow], jobs: Mapping[str, ManagedJob]) -> Calibration:
+        """This cycle's calibration: the finished jobs' with what the present jobs add (core/calibration.py:
+        started jobs past their estimates raise their users' at once; users without evidence are held to
+        their peers' claims). A user whose factor comes from a new place is logged once."""
+        learned = self._learned_calibration()
+        cal = self.cfg.estimates.calibration()
+        present = present_by_user(rows, jobs, self.cfg.estimates) if cal.enabled else {}
+        now = with_present(learned, self._histories or {}, present, cal)
+        self._calibration = now
+        for user in present:
+            source = now.source(user)
+            if self._cal_sources.get(user) != source:
+                self._cal_sources[user] = source
+                log.info("calibration user=%s: factor %.3g from %s", user, now.factor(user), source)
+        for user in [u for u in self._cal_sources if u not in present]:
+            del self._cal_sources[user]
+        return now
 
     def _account(self, snap: Snapshot, jobs: Mapping[str, ManagedJob], rows: dict[str, JobRow],
                  now: float) -> dict[str, AppRow]:
         """Service, estimates, progress and contention, written in one transaction (changed rows only)."""
         changed: list[JobRow] = []
         delta: dict[str, float] = {}
-        cal = self.calibration()
+        cal = self._calibrate_now(rows, jobs)
         for jid, row in rows.items():
             mj = jobs.get(jid)
             if mj is None:

@@ -18,7 +18,10 @@ Model (choices and why):
   true work / first estimate joins its user's history, and every unfinished job of a user is seen with its
   estimate x that user's factor (:mod:`themis_slurm.core.calibration`). A factor is applied again only
   when it moved by more than ``CALIBRATION_TOLERANCE`` (waiting jobs keep their cached snapshots until
-  then); with exact estimates every ratio is 1 and nothing changes.
+  then); with exact estimates every ratio is 1 and nothing changes. Before every policy call, what is
+  present is added as themisd adds it each cycle (``_present``: each user's median claimed run time,
+  est0 / GPUs, and (est0, done) of every started unfinished job): running overruns raise their users at
+  once and users without evidence are held to their peers' claims (core/calibration.py, ``with_present``).
 * **Progress reports** (``SimConfig.progress_interval_s``, off by default): a running job reports its true
   fraction done every that many seconds of its run, as a Slurm job does with ``themis progress``; policies
   then see (done, work) refined by the last report exactly as the daemon refines them
@@ -71,7 +74,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from themis_slurm.core.arbiter import ArbiterConfig
-from themis_slurm.core.calibration import NONE, CalibrationConfig, UserHistory, calibrate, finished_ratio
+from themis_slurm.core.calibration import (
+    NONE,
+    CalibrationConfig,
+    Present,
+    UserHistory,
+    calibrate,
+    finished_ratio,
+    with_present,
+)
 from themis_slurm.core.decision import Decision
 from themis_slurm.core.placement import DEFAULT_PROFILE, get_profile
 from themis_slurm.core.state import ClusterState
@@ -386,7 +397,14 @@ class Simulator:
         self._calls = 0
         self._histories: dict[str, UserHistory] = {}  # per user: (ratio, true work) of finished jobs
         self._calibration = NONE
+        self._learned = NONE  # what the finished jobs alone say (calibrate); _calibration adds what is present
         self._applied: dict[str, float] = {}  # per user: the factor its unfinished jobs' estimates carry
+        #: per user: the claimed run time (first estimate / GPUs) of each present job, and their median (None:
+        #: to be recomputed), for the peer floor; and jobs that ran, were preempted and wait (their done counts)
+        self._claims: dict[str, dict[str, float]] = {}
+        self._claim_median: dict[str, float | None] = {}
+        self._resumable: dict[str, _J] = {}
+        self._resumable_over: dict[str, _J] = {}  # those of them past their first estimate x the tolerance
 
     # ----------------------------------------------------------------- setup
     def _make_job(self, tj: TraceJob, factor: float, per_node: int) -> _J:
@@ -594,6 +612,8 @@ class Simulator:
         a.present[j.id] = j
         a.snaps = None
         if self.cfg.calibration.enabled:
+            self._claims.setdefault(a.owner, {})[j.id] = j.est0 / j.gpus
+            self._claim_median[a.owner] = None
             self._recalibrate(a.owner)
             j.est = j.est0 * self._applied[a.owner]
         a.demand += j.gpus
@@ -652,12 +672,67 @@ class Simulator:
             else:
                 a.contention = (self._cint - a.cint0) / (t - a.arrival) if t > a.arrival else 1.0
         cal = self.cfg.calibration
+        if cal.enabled:
+            claims = self._claims[a.owner]
+            claims.pop(j.id, None)
+            self._claim_median[a.owner] = None
+            if not claims:  # only users with present jobs are passed over at every call
+                del self._claims[a.owner]
         ratio = finished_ratio(j.est0, j.true_work) if cal.enabled else None
         if ratio is not None:
             self._histories[a.owner] = self._histories.get(a.owner, UserHistory()).add(ratio, j.true_work, cal.window)
-            self._calibration = calibrate(self._histories, cal)
+            self._learned = calibrate(self._histories, cal)
+            self._calibration = with_present(self._learned, self._histories, self._present(t), cal)
             for owner in {b.owner for b in self._active.values()}:
                 self._recalibrate(owner)
+
+    def _present(self, t: float) -> dict[str, Present]:
+        """Every user's present jobs for core/calibration.py: the median claim of their present jobs and
+        (first estimate, done at t) of each started one (running, or preempted and waiting again). The
+        started jobs are given only for users with one past its estimate by more than the tolerance: for
+        the others they cannot prove a raise (core/calibration.py, _proven_raise), and collecting them at
+        every call cost a fifth of a baseline's simulation time."""
+        started: dict[str, list[tuple[float, float]]] = {}
+        cal = self.cfg.calibration
+        if cal.running:
+            tol = cal.raise_above
+            runs = []
+            over = {self._apps[j.app].owner for j in self._resumable_over.values()}
+            for j in self._running.values():
+                begin = max(j.t_base, j.progress_from)
+                done = min(j.true_work, j.done + j.rate * (t - begin)) if t > begin else j.done
+                owner = self._apps[j.app].owner
+                runs.append((owner, j.est0, done))
+                if done > j.est0 * tol:
+                    over.add(owner)
+            if over:
+                for owner, est, done in runs:
+                    if owner in over:
+                        started.setdefault(owner, []).append((est, done))
+                for j in self._resumable.values():
+                    owner = self._apps[j.app].owner
+                    if owner in over:
+                        started.setdefault(owner, []).append((j.est0, j.done))
+        out: dict[str, Present] = {}
+        for user, claims in self._claims.items():
+            if not claims:
+                continue
+            m = self._claim_median[user]
+            if m is None:
+                m = self._claim_median[user] = Present.of(claims.values()).claim
+            out[user] = Present(m, tuple(started.get(user, ())))
+        return out
+
+    def _refresh_calibration(self, t: float) -> None:
+        """Before a policy call: what present jobs say (overruns of started jobs, the peer floor), applied
+        to every user whose factor moved past the tolerance. Without those rules, or while they change
+        nothing, the factors are the finished jobs' alone, as they were applied at the last completion."""
+        cal = self._calibration
+        self._calibration = with_present(self._learned, self._histories, self._present(t), self.cfg.calibration)
+        if self._calibration is cal:
+            return
+        for owner in {b.owner for b in self._active.values()}:
+            self._recalibrate(owner)
 
     def _recalibrate(self, user: str) -> None:
         """Apply `user`'s current factor to their unfinished jobs if it moved past the tolerance."""
@@ -678,6 +753,9 @@ class Simulator:
 
     def _preempt(self, j: _J, t: float) -> None:
         self._release(j, t)
+        self._resumable[j.id] = j
+        if j.done > j.est0 * self.cfg.calibration.raise_above:
+            self._resumable_over[j.id] = j
         j.state = _WAITING
         j.needs_restart = True
         j.preemptions += 1
@@ -687,6 +765,8 @@ class Simulator:
 
     def _start(self, j: _J, gpus: frozenset[int], expiry: float, t: float) -> None:
         del self._waiting[j.id]
+        self._resumable.pop(j.id, None)
+        self._resumable_over.pop(j.id, None)
         j.snap = None
         j.state = _RUNNING
         j.held = gpus
@@ -787,6 +867,9 @@ class Simulator:
         return state, index
 
     def _call(self, t: float, reasons: set[str]) -> Decision:
+        cal = self.cfg.calibration
+        if cal.enabled and (cal.running or cal.peer_floor):
+            self._refresh_calibration(t)
         state, jobs = self._state(t)
         self._calls += 1
         if self._calls % _COLLECT_EVERY_CALLS == 0:

@@ -92,7 +92,11 @@ def test_every_core_knob_is_settable_and_defaults_to_the_core() -> None:
     assert parse({}).estimates.calibration() == CalibrationConfig()
     assert parse({"estimates": {"calibrate": False, "calibration_min_jobs": 4, "calibration_window": 8,
                                 "calibration_raise_above": 2}}).estimates.calibration() == CalibrationConfig(False, 4, 8, 2.0)
-    assert {f.name for f in fields(CalibrationConfig)} == {"enabled", "min_jobs", "window", "raise_above"}
+    assert parse({"estimates": {"calibration_running": False, "calibration_prior": 2, "calibration_prior_users": 5,
+                                "calibration_peer_floor": False, "calibration_peer_tolerance": 3}}).estimates.calibration() == \
+        CalibrationConfig(running=False, prior=2.0, prior_users=5, peer_floor=False, peer_tolerance=3.0)
+    assert {f.name for f in fields(CalibrationConfig)} == {"enabled", "min_jobs", "window", "raise_above", "running",
+                                                           "prior", "prior_users", "peer_floor", "peer_tolerance"}
     assert parse({}).scheduler.arbiter() == core
     knobs = {"fairness_knob": 0.5, "solver": "fast", "exact_max_bidders": 3, "exact_max_gpus": 7,
              "idle_throughput": 0.2, "hidden_payments": False, "seed": 42, "restart_cost_s": 5,
