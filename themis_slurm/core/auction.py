@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -83,6 +83,8 @@ def greedy_fill(
     elastic_small: bool = True,
     restart_s: float = 0.0,
     limit: int | None = None,
+    groups: Sequence[Hashable] | None = None,
+    limits: Mapping[Hashable, int] | None = None,
 ) -> dict[str, list[Gang]]:
     """Hand out the pool's GPUs gang by gang to the highest marginal log-gain per GPU.
 
@@ -108,8 +110,10 @@ def greedy_fill(
     once, not once per app that took GPUs since it was queued. A kind's placement is reused while all its
     GPUs stay free, and its priorities while the app's throughput is unchanged.
 
-    `limit`, when given, caps the GPUs this fill hands out (the leftover's per-user quotas, core/tenancy.py):
-    an app whose next gang would pass it drops out of the fill, and the fill ends when it is reached.
+    `limit`, when given, caps the GPUs this fill hands out; `groups` (one per agent) and `limits` cap them
+    per group instead (the leftover's per-tenant quotas, core/quota.py: one fill in the usual order, each
+    tenant up to its room). An app whose next gang would pass its cap drops out of the fill, and the fill
+    ends when every cap is reached.
     """
     if by not in FILL_ORDERS:
         raise ValueError(f"by must be one of {', '.join(FILL_ORDERS)}, got {by!r}")
@@ -287,26 +291,31 @@ def greedy_fill(
 
     for k in range(len(agents)):
         push(k)
-    left = inf if limit is None else limit
-    while heap and pool.size and left > 0:  # an empty pool fits nobody: the rest of the heap could only be dropped
+    if limits is None:
+        group_of: Sequence[Hashable] = (None,) * len(agents)
+        left: dict[Hashable, float] = {None: inf if limit is None else limit}
+    else:
+        assert groups is not None and len(groups) == len(agents), "groups: one per agent"
+        group_of, left = groups, {g: limits.get(g, inf) for g in groups}
+    open_caps = sum(1 for v in left.values() if v > 0)
+    while heap and pool.size and open_caps:  # an empty pool fits nobody: the rest of the heap could only be dropped
         _, k, qi, offer = heapq.heappop(heap)
-        if offer is not None and has(offer[0]):
-            if len(offer[0]) > left:
-                continue  # past the limit: the app is out of this fill
-            left -= len(offer[0])
-            take(k, qi, offer)
-            continue
-        found = evaluate(k)  # a bound, or an offer someone took part of: place the app now
-        if found is None:
-            continue
-        prio, qi, offer = found
-        if not heap or (-prio, k) <= heap[0][:2]:  # still first: hand it out
-            if len(offer[0]) > left:
+        if offer is None or not has(offer[0]):
+            found = evaluate(k)  # a bound, or an offer someone took part of: place the app now
+            if found is None:
                 continue
-            left -= len(offer[0])
-            take(k, qi, offer)
-        else:
-            heapq.heappush(heap, (-prio, k, qi, offer))
+            prio, qi, offer = found
+            if heap and (-prio, k) > heap[0][:2]:  # no longer first: back in the heap
+                heapq.heappush(heap, (-prio, k, qi, offer))
+                continue
+        g = group_of[k]
+        n = len(offer[0])
+        if n > left[g]:
+            continue  # past its cap: the app is out of this fill
+        left[g] -= n
+        if left[g] <= 0:
+            open_caps -= 1
+        take(k, qi, offer)
     return {a.app_id: st.gangs for a, st in zip(agents, states, strict=True) if st.gangs}
 
 

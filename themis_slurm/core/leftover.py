@@ -12,24 +12,21 @@ re-auctions what is left to the next-worst apps). Why deadlines: most GPUs of a 
 here, and worst-rho-first made apps take turns on the same GPUs at each lease expiry (measured in
 docs/design.md, "Leftover and work conservation").
 
-With tenancy levels (core/tenancy.py), GPUs first go out within per-user quotas (core/quota.py: the GPUs in
-play water-filled over the account -> user tree by shares, capped by what each can use): each user's apps
-fill up to its quota (most-behind user first,
-the same groups in the same order), before the passes above hand out what is left to everyone. So the
+With tenancy levels (core/tenancy.py), GPUs first go out within per-user quotas (core/quota.py: each
+user's share of the GPUs in play, paced by how far it is behind or ahead of its share): the same groups
+in the same order, each user's apps up to its quota, before the passes above hand out what is left to
+everyone. So the
 leftover follows the tree and not the number of apps a user made: sixteen apps of one user and one app
 of another get the same GPUs when their shares are equal. Without levels there are no quotas (the paper).
 """
 
 from __future__ import annotations
 
-import math
-
 from themis_slurm.core.agent import Agent, Gang
 from themis_slurm.core.auction import greedy_fill
 from themis_slurm.core.decision import GrantSource
 from themis_slurm.core.quota import room, tenant_gpus
 from themis_slurm.core.round_state import RoundState
-from themis_slurm.core.tenancy import Entity
 
 
 def hand_out_leftover(rs: RoundState) -> None:
@@ -57,28 +54,26 @@ def hand_out_leftover(rs: RoundState) -> None:
 
 
 def _fill_quotas(rs: RoundState, groups: list[list[Agent]], got: dict[str, list[Gang]]) -> dict[str, list[Gang]]:
-    """The quota passes: each tenant's apps (within each group, in order) take leftover GPUs up to what the
-    tenant still lacks of its quota (core/quota.py), the tenant furthest below its quota first."""
+    """The quota passes: within each group, one fill in the leftover's usual order in which each tenant's
+    apps take leftover GPUs only up to what the tenant still lacks of its quota (core/quota.py). Where no
+    quota binds, this is exactly the pass without quotas (the same order, the same gangs)."""
     if not rs.quota:
         return got
     have = tenant_gpus(rs)
     order, restart_s = rs.cfg.leftover_order, rs.cfg.restart_cost_s
     for group in groups:
-        by_entity: dict[Entity, list[Agent]] = {}
-        for a in group:
-            by_entity.setdefault(rs.tenant_of[a.app_id], []).append(a)
-        # most behind first: the smallest fraction of its quota held (ties: the tree's order, which is stable)
-        ranked = sorted(by_entity, key=lambda e: have.get(e, 0) / rs.quota[e] if rs.quota[e] > 0 else math.inf)
-        for ent in ranked:
-            if not rs.pool.size:
-                return got
-            left = room(rs, ent, have)
-            if left <= 0:
-                continue
-            agents = by_entity[ent]
-            start = {a.app_id: got.get(a.app_id, []) for a in agents}
-            filled = greedy_fill(agents, rs.pool, start, by=order, restart_s=restart_s, limit=left)
-            added = sum(len(g.gpus) for a in agents for g in filled.get(a.app_id, [])[len(start[a.app_id]):])
-            have[ent] = have.get(ent, 0) + added
-            got = {**got, **filled}
+        if not rs.pool.size:
+            return got
+        tenants = [rs.tenant_of[a.app_id] for a in group]
+        rooms = {ent: room(rs, ent, have) for ent in set(tenants)}
+        agents = [a for a, ent in zip(group, tenants, strict=True) if rooms[ent] > 0]
+        if not agents:
+            continue
+        start = {a.app_id: got.get(a.app_id, []) for a in agents}
+        filled = greedy_fill(agents, rs.pool, start, by=order, restart_s=restart_s,
+                             groups=[rs.tenant_of[a.app_id] for a in agents], limits=rooms)
+        for a in agents:
+            ent = rs.tenant_of[a.app_id]
+            have[ent] = have.get(ent, 0) + sum(len(g.gpus) for g in filled.get(a.app_id, [])[len(start[a.app_id]):])
+        got = {**got, **filled}
     return got

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from themis_slurm.core.tenancy import FLAT, Tenancy
+from themis_slurm.core.tenancy import FLAT, Entity, Tenancy, TenantBook
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import App, Job, Lease
 
@@ -31,6 +31,8 @@ class ClusterState:
     `tenancy` is the account -> user -> app tree the apps' shares come from (core/tenancy.py); the default,
     apps alone, is the paper's 1/N. The caller feeds each app's contention clock with
     :func:`~themis_slurm.core.tenancy.contention` under the same tenancy, so that T_id and the auction agree.
+    `tenant_books` (tenancy levels only) is each active tenant's :class:`~themis_slurm.core.tenancy.TenantBook`,
+    kept by the caller; a tenant without one is paced by its present apps alone (core/quota.py).
     """
 
     topology: Topology
@@ -42,6 +44,7 @@ class ClusterState:
     unavailable: frozenset[int] = frozenset()
     job_index: Mapping[str, Job] | None = field(default=None, compare=False, repr=False)
     tenancy: Tenancy = FLAT
+    tenant_books: Mapping[Entity, TenantBook] = field(default_factory=dict)
 
     @property
     def managed_gpus(self) -> int:

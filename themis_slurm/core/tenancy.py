@@ -115,6 +115,22 @@ class Tenancy:
 FLAT = Tenancy()
 
 
+@dataclass(frozen=True, slots=True)
+class TenantBook:
+    """What a tenant (the lowest entity above the apps) has been owed and has had, since it last became
+    active (it had no present jobs before); kept by the caller, as each app's contention clock is.
+
+    `entitled` is the integral of its share of the cluster, ``cluster_gpus x`` its fraction
+    (:func:`entity_fractions`), over that time, in GPU-seconds; `finished` is the work (ideal GPU-seconds)
+    of its jobs that finished in it. With the work done by its present jobs, the core knows how far the
+    tenant is behind or ahead of the pace of its share (core/quota.py: paced quotas), whatever apps it
+    made and whichever of them have left.
+    """
+
+    entitled: float = 0.0
+    finished: float = 0.0
+
+
 def _children(tenancy: Tenancy, apps: Iterable[App]) -> tuple[dict[Entity, list[Entity]], dict[str, Entity]]:
     """The active tree: each entity's children (entities, or ("app", (app_id,)) leaves) in first-seen order,
     and each app's parent entity."""
@@ -159,6 +175,19 @@ def fractions(tenancy: Tenancy, apps: Sequence[App]) -> dict[str, float]:
             walk(c, frac * tenancy.weight_of(c) / total)
 
     walk(ROOT, 1.0)
+    return out
+
+
+def entity_fractions(tenancy: Tenancy, apps: Sequence[App]) -> dict[Entity, float]:
+    """Each tenant's (lowest entity above the apps) fraction of the cluster: the sum of its apps'
+    :func:`fractions`; empty when flat. What a :class:`TenantBook`'s `entitled` integrates."""
+    if tenancy.flat or not apps:
+        return {}
+    fr = fractions(tenancy, apps)
+    out: dict[Entity, float] = {}
+    for app in apps:
+        ent = tenancy.path(app)[-1]
+        out[ent] = out.get(ent, 0.0) + fr[app.id]
     return out
 
 
@@ -257,5 +286,5 @@ def app_shares(tenancy: Tenancy, apps: Sequence[App], gpus: float, demand: Mappi
     return {ent[1][0]: g for ent, g in out.items()}
 
 
-__all__ = ["FLAT", "LEVELS", "ROOT", "ZERO_SHARES", "Entity", "Tenancy", "app_shares", "auction_weights", "contention",
-           "fractions", "quotas", "water_fill"]
+__all__ = ["FLAT", "LEVELS", "ROOT", "ZERO_SHARES", "Entity", "TenantBook", "Tenancy", "app_shares", "auction_weights",
+           "contention", "entity_fractions", "fractions", "quotas", "water_fill"]

@@ -86,7 +86,7 @@ from themis_slurm.core.calibration import (
 from themis_slurm.core.decision import Decision
 from themis_slurm.core.placement import DEFAULT_PROFILE, get_profile
 from themis_slurm.core.state import ClusterState
-from themis_slurm.core.tenancy import FLAT, Tenancy
+from themis_slurm.core.tenancy import FLAT, Entity, Tenancy, TenantBook
 from themis_slurm.core.tenancy import contention as tenancy_contention
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import App, Job, Lease, refine_by_progress
@@ -312,18 +312,24 @@ class _G:
     """With tenancy levels: the lowest entity above some apps (a user, or an account), whose present apps
     all have the same effective N `n` (the core splits its fraction equally). `integral` is the integral
     of that N over [0, `t`] (valid, with `n` in force since `t`: :meth:`at`); `rep` is one of its apps, the
-    one the core is asked about."""
+    one the core is asked about. Its :class:`~themis_slurm.core.tenancy.TenantBook` since it last became
+    active: `entitled` (the integral of ``cluster_gpus x frac``, its fraction of the cluster, up to `t`) and
+    `finished` (the true work of its jobs that completed)."""
 
-    __slots__ = ("rep", "count", "integral", "t", "n")
+    __slots__ = ("rep", "key", "count", "integral", "t", "n", "frac", "entitled", "finished")
 
-    def __init__(self, rep: App) -> None:
-        self.rep = rep
+    def __init__(self, rep: App, key: Entity) -> None:
+        self.rep, self.key = rep, key
         self.count = 0  # its apps with present jobs
         self.integral = self.t = 0.0
         self.n = 1.0
+        self.frac = self.entitled = self.finished = 0.0
 
     def at(self, t: float) -> float:
         return self.integral + (t - self.t) * self.n
+
+    def book(self, t: float, cluster_gpus: float) -> TenantBook:
+        return TenantBook(self.entitled + (t - self.t) * cluster_gpus * self.frac, self.finished)
 
 
 Observer = Callable[["Simulator", Decision], None]
@@ -551,12 +557,15 @@ class Simulator:
         alone under it) times its number of present apps."""
         t = self._now
         groups = list(self._gactive.values())
+        size = self.topo.size
         for g in groups:
             g.integral = g.at(t)
+            g.entitled += (t - g.t) * size * g.frac
             g.t = t
         n = tenancy_contention(self.cfg.tenancy, [g.rep for g in groups])
         for g in groups:
             g.n = n[g.rep.id] * g.count
+            g.frac = 1.0 / n[g.rep.id]
         self._tdirty = False
         if not self._gchecked and any(g.count > 1 for g in groups):
             self._gchecked = True
@@ -574,7 +583,11 @@ class Simulator:
         g = a.group
         if g is None:
             key = self.cfg.tenancy.path(a.shell)[-1]
-            g = a.group = self._groups.get(key) or self._groups.setdefault(key, _G(a.shell))
+            g = a.group = self._groups.get(key) or self._groups.setdefault(key, _G(a.shell, key))
+        if not g.count:  # a new busy period: a new book (as an app that comes back is a new app)
+            g.integral = g.at(t)
+            g.t = t
+            g.frac = g.entitled = g.finished = 0.0
         a.base = g.at(t)
         g.count += 1
         if g.count == 1:
@@ -660,6 +673,8 @@ class Simulator:
         a.demand -= j.gpus
         a.completed += 1
         a.finished_work += j.true_work
+        if a.group is not None:
+            a.group.finished += j.true_work
         a.finished_path = max(a.finished_path, max(0.0, j.tj.arrival_s - a.arrival) + j.true_work / j.gpus)
         if not a.present:
             del self._active[a.id]
@@ -862,8 +877,9 @@ class Simulator:
                             a.finished_path, a.account))
         leases = tuple(j.lease for j in self._running.values() if j.lease is not None)
         free = frozenset(self._free)
+        books = {g.key: g.book(t, self.topo.size) for g in self._gactive.values()} if nested else {}
         state = ClusterState(self.topo, t, free, leases, tuple(apps), self.topo.size, job_index=index,
-                             tenancy=self.cfg.tenancy)
+                             tenancy=self.cfg.tenancy, tenant_books=books)
         return state, index
 
     def _call(self, t: float, reasons: set[str]) -> Decision:

@@ -13,7 +13,7 @@ from themis_slurm import reasons
 from themis_slurm.core.agent import Agent
 from themis_slurm.core.arbiter import ArbiterConfig, run_round
 from themis_slurm.core.auction import ExactSolver
-from themis_slurm.core.decision import GrantSource, KeptBy
+from themis_slurm.core.decision import Decision, GrantSource, KeptBy
 from themis_slurm.core.fairness import FairnessModel, job_throughput
 from themis_slurm.core.payments import hidden_payments
 from themis_slurm.core.placement import Pool
@@ -22,6 +22,7 @@ from themis_slurm.core.tenancy import (
     FLAT,
     ZERO_SHARES,
     Tenancy,
+    TenantBook,
     app_shares,
     auction_weights,
     contention,
@@ -276,10 +277,10 @@ def test_slurm_policy_uses_normalised_shares_down_the_tree() -> None:
     assert f"{2 ** (-0.5 / 0.75):.3f}" in notes["p"] and f"{2 ** (-0.5 / 0.25):.3f}" in notes["q"], notes
 
 
-def test_an_auction_win_stops_at_the_tenant_quota() -> None:
+def _quota_round(alice_behind_s: float) -> Decision:
     """User A (12 apps that waited long: the worst rho, so A's apps bid) holds 4 of 8 GPUs, user B holds 3;
-    one GPU is free. A's app wins it in the auction, but A is at its quota of 4: the win goes to the
-    leftover, which gives it to B (without the quota stop, A held 5 and B 3)."""
+    one GPU is free. The books say A is `alice_behind_s` GPU-seconds behind the pace of its share and B
+    ahead of its own (2,700 GPU-s done, none owed)."""
     tenancy = Tenancy(levels=("user", "app"))
     now = 5000.0
     apps = [App(f"A{i}", "alice", 0.0, (Job(f"a{i}", f"A{i}", 1, 7200.0),)) for i in range(12)]
@@ -288,11 +289,27 @@ def test_an_auction_win_stops_at_the_tenant_quota() -> None:
         for j in range(12))))  # fmt: skip
     leases = [Lease(f"a{i}", frozenset({i}), now - 100, now + 500) for i in range(4)] + \
         [Lease(f"b{j}", frozenset({4 + j}), now - 100, now + 500) for j in range(3)]  # fmt: skip
+    books = {("user", ("", "alice")): TenantBook(alice_behind_s, 0.0), ("user", ("", "bob")): TenantBook(0.0, 0.0)}
     state = ClusterState(Topology.uniform(1, 2, 4), now, frozenset({7}), tuple(leases),
-                         tuple(_with_clocks(tenancy, apps)), tenancy=tenancy)  # fmt: skip
-    d = run_round(state)
+                         tuple(_with_clocks(tenancy, apps)), tenancy=tenancy, tenant_books=books)  # fmt: skip
+    return run_round(state)
+
+
+def test_an_auction_win_stops_at_the_tenant_quota() -> None:
+    """A at the pace of its share: A's app wins the free GPU in the auction, but A is at its quota of 4
+    (its share): the win goes to the leftover, which gives it to B (without the quota stop, A held 5 and B 3)."""
+    d = _quota_round(0.0)
     winner = next(r for r in d.apps.values() if r.won_gpus)
     assert winner.app_id.startswith("A") and winner.kept_gpus == 0 and winner.kept_by is KeptBy.QUOTA
     assert "is at its share" in reasons.app_record(winner)
     assert [(g.job_id, g.source) for g in d.grants] == [("b10", GrantSource.LEFTOVER)]
     assert d.apps["B"].tenant_gpus == 4 == d.apps["A0"].tenant_gpus
+
+
+def test_a_tenant_behind_the_pace_of_its_share_may_take_more_than_its_share() -> None:
+    """Paced quotas (core/quota.py): A is 600 GPU-s behind its share's pace, one GPU over a 600 s lease, so
+    its quota is its share (4) + 1: its app keeps the GPU it won."""
+    d = _quota_round(600.0)
+    winner = next(r for r in d.apps.values() if r.won_gpus)
+    assert winner.app_id.startswith("A") and winner.kept_gpus == 1 and winner.tenant_quota == pytest.approx(5.0)
+    assert [g.job_id for g in d.grants] == [f"a{winner.app_id[1:]}"] and d.apps["B"].tenant_gpus == 3
