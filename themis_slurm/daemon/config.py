@@ -230,8 +230,7 @@ class TenancyConfig:
     (daemon/tenancy.py applies it; docs/admin-guide.md, "Tenancy").
 
     `levels` is ``"auto"`` or a tuple out of account, user, app ending with app; ``("app",)`` is the paper's
-    flat 1/N, and the default until per-tenant quotas are finish-time fair: today they cost finish-time
-    fairness where every user runs one app (docs/evaluation.md, "Tenancy"). `shares` ``auto`` is ``slurm``
+    flat 1/N, and the default for now (docs/admin-guide.md, "Tenancy", says why). `shares` ``auto`` is ``slurm``
     (sshare's RawShares) on a cluster with accounting, ``equal`` without. The tree is read again every
     `refresh_s` seconds and at every SIGHUP.
     """

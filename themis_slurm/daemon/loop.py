@@ -40,7 +40,8 @@ from themis_slurm.core.calibration import (
 )
 from themis_slurm.core.decision import Decision
 from themis_slurm.core.state import ClusterState
-from themis_slurm.core.tenancy import FLAT, Tenancy
+from themis_slurm.core.tenancy import FLAT, Entity, Tenancy
+from themis_slurm.core.workload import App
 from themis_slurm.daemon.config import Config
 from themis_slurm.daemon.estimates import done_and_work, present_by_user, submitted
 from themis_slurm.daemon.metrics import Metrics
@@ -49,8 +50,10 @@ from themis_slurm.daemon.planning import (
     RoundInput,
     account,
     advance_apps,
+    advance_books,
     as_applied,
     build_round,
+    cluster_gpus_of,
     grants_over_limits,
     instead_of_migrations,
     intents_after,
@@ -60,7 +63,7 @@ from themis_slurm.daemon.planning import (
     without_waiting,
 )
 from themis_slurm.daemon.reconcile import Fix, reconcile
-from themis_slurm.daemon.store import AppRow, JobRow, Store
+from themis_slurm.daemon.store import AppRow, BookRow, JobRow, Store
 from themis_slurm.daemon.tenancy import TenancyKeeper
 from themis_slurm.gc_pause import collector_paused
 from themis_slurm.slurm.actions import ActionRefused
@@ -152,6 +155,7 @@ class Daemon:
         self.tenancy = TenancyKeeper(cfg.tenancy, SharesReader(runner, cfg.slurm.action_timeout_s)
                                      if runner is not None else None)  # fmt: skip
         self._tree: Tenancy = FLAT  # this cycle's (set at the start of each cycle)
+        self._books: dict[Entity, BookRow] = {}  # the tenants' books for paced quotas (planning.advance_books)
         # calibration: the histories read from the store when needed, the Calibration they make alone
         # (`_finished_cal`, until a job finishes) and with this cycle's present jobs (`_calibration`)
         self._histories: dict[str, UserHistory] | None = None
@@ -264,7 +268,7 @@ class Daemon:
                 self.store.forget_learned(gone)
             self._learned = {j: v for j, v in self._learned.items() if j not in gone}
         inp = build_round(snap, rows, apps, self.cfg, now, {j: why for j, (why, _) in self._learned.items()},
-                          tenancy=self._tree)
+                          tenancy=self._tree, books=self._books)
         trigger = round_due(inp, self._last_signature)
         report = dict(trigger=trigger)
         if trigger is not None:
@@ -370,6 +374,9 @@ class Daemon:
         if app is not None:
             done, _, _ = done_and_work(row.work, row.done_service, row.progress)
             self.store.put_app(replace(app, finished_work=app.finished_work + done))
+            if not self._tree.flat:  # and in its tenant's book (paced quotas)
+                shell = App(row.app_key, app.owner, app.arrival, account=app.account)
+                self.store.add_tenant_finished(self._tree.path(shell)[-1], done)
         if state != "COMPLETED" or finished_ratio(row.est_work, row.done_service) is None:
             return
         user = app.owner if app is not None else row.app_key.partition("/")[0]
@@ -443,9 +450,13 @@ class Daemon:
         old_apps = self.store.apps()
         submits = {jid: submitted(row, mj) for jid, row in rows.items() if (mj := jobs.get(jid)) is not None}
         apps = advance_apps(old_apps, snap.managed, now, delta, submits, tenancy=self._tree)
+        old_books = self.store.tenant_books()
+        self._books = advance_books(old_books, apps, self._tree, now, cluster_gpus_of(snap))
         with self.store.tx():
             self.store.put_jobs(changed)
             self.store.put_apps(app for key, app in apps.items() if old_apps.get(key) != app)
+            if self._books or old_books:
+                self.store.put_tenant_books(self._books)
         for new in changed:
             rows[new.job_id] = new
         return {k: a for k, a in apps.items() if a.active}

@@ -32,7 +32,7 @@ from themis_slurm.core.decision import Decision, PreemptionCause, Renewal, Renew
 from themis_slurm.core.fairness import FairnessModel, app_throughput
 from themis_slurm.core.placement import get_profile
 from themis_slurm.core.state import ClusterState
-from themis_slurm.core.tenancy import FLAT, Tenancy
+from themis_slurm.core.tenancy import FLAT, Entity, Tenancy, entity_fractions
 from themis_slurm.core.tenancy import contention as tree_contention
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import App, Job, Lease
@@ -45,7 +45,7 @@ from themis_slurm.daemon.estimates import (
     profile_of,
     submitted,
 )
-from themis_slurm.daemon.store import AppRow, JobRow, app_row, job_row
+from themis_slurm.daemon.store import AppRow, BookRow, JobRow, app_row, job_row
 from themis_slurm.slurm.eligibility import ineligible
 from themis_slurm.slurm.limits import Usage
 from themis_slurm.slurm.model import ManagedJob, Snapshot
@@ -207,10 +207,35 @@ class RoundInput:
         return self.state.free, self.waiting
 
 
+def cluster_gpus_of(snapshot: Snapshot) -> int:
+    """C of T_id: the managed GPUs Themis may use (the topology less the unavailable ones), at least 1."""
+    return max(1, snapshot.topology.size - len(snapshot.unavailable))
+
+
+def advance_books(books: Mapping[Entity, BookRow], apps: Mapping[str, AppRow], tenancy: Tenancy, now: float,
+                  cluster_gpus: float) -> dict[Entity, BookRow]:
+    """Every active tenant's book at `now` (paced quotas, core/quota.py), from the active `apps` (advanced
+    for this cycle): what each was owed since the last cycle at the fraction it had then is added, and its
+    fraction is taken anew; a tenant new (or back after it had no jobs) starts an empty book; a tenant
+    without active apps has none (its busy period ended). Empty when flat."""
+    active = [App(k, a.owner, a.arrival, account=a.account) for k, a in apps.items() if a.active]
+    out: dict[Entity, BookRow] = {}
+    for ent, frac in entity_fractions(tenancy, active).items():
+        old = books.get(ent)
+        if old is None:
+            out[ent] = BookRow(0.0, 0.0, frac, now)
+        else:
+            owed = old.entitled + max(0.0, now - old.updated) * cluster_gpus * old.frac
+            out[ent] = BookRow(owed, old.finished, frac, now)
+    return out
+
+
 def build_round(snapshot: Snapshot, rows: Mapping[str, JobRow], apps: Mapping[str, AppRow], cfg: Config,
-                now: float, learned: Mapping[str, str] | None = None, tenancy: Tenancy = FLAT) -> RoundInput:
+                now: float, learned: Mapping[str, str] | None = None, tenancy: Tenancy = FLAT,
+                books: Mapping[Entity, BookRow] | None = None) -> RoundInput:
     """The arbiter's ClusterState for this cycle (see the module docstring), under `tenancy` (the tree the
-    apps' clocks were advanced with: each App carries its account, the state the tree).
+    apps' clocks were advanced with: each App carries its account, the state the tree) and with the
+    tenants' `books` (:func:`advance_books`) for paced quotas.
 
     Waiting jobs that Slurm would not start if released (`slurm.eligibility`; ``learned`` adds reasons the
     daemon saw after a release timed out) are left out of the round altogether: they get no grant and
@@ -282,10 +307,10 @@ def build_round(snapshot: Snapshot, rows: Mapping[str, JobRow], apps: Mapping[st
                             a.finished_work if a else 0.0, a.peak_gpus if a else 0,
                             account=a.account if a else accounts.get(key, "")))  # fmt: skip
     free = frozenset(snapshot.free) - used
-    all_gpus = topo.size
-    cluster_gpus = max(1, all_gpus - len(snapshot.unavailable))
+    cluster_gpus = cluster_gpus_of(snapshot)
+    tenant_books = {} if tenancy.flat or not books else {e: b.book(now, cluster_gpus) for e, b in books.items()}
     state = ClusterState(topo, now, free, tuple(leases), tuple(app_objs), cluster_gpus=cluster_gpus,
-                         tenancy=tenancy)
+                         tenancy=tenancy, tenant_books=tenant_books)
     waiting_blocked = {jid: why for jid, why in blocked.items() if jid in rows and rows[jid].intent == "waiting"}
     return RoundInput(state, frozenset(waiting), frozenset(expired), held, frozenset(used), waiting_blocked)
 

@@ -53,6 +53,7 @@ from typing import Any
 
 from themis_slurm.core.decision import AppRecord
 from themis_slurm.core.fairness import ContentionClock
+from themis_slurm.core.tenancy import Entity, TenantBook
 
 #: Intents of a job, in its life: waiting (held, wants GPUs) -> granted (a round gave it GPUs; start
 #: pending until they are free) -> starting (pin+release sent) -> running (lease) -> warning (SIGUSR1 to
@@ -219,8 +220,22 @@ _V7 = """
 ALTER TABLE apps ADD COLUMN account TEXT NOT NULL DEFAULT '';
 """
 
+#: v8: each active tenant's book (issue 33: paced quotas, core/quota.py): what its share of the cluster has
+#: owed it since it last became active (GPU-seconds, integrated at `frac` up to `updated`) and the work of
+#: its jobs that finished since; the row goes when the tenant has no jobs left. `entity` is the core's
+#: Entity as JSON: ["user", ["account", "user"]].
+_V8 = """
+CREATE TABLE tenants (
+    entity TEXT PRIMARY KEY,
+    entitled REAL NOT NULL,
+    finished REAL NOT NULL,
+    frac REAL NOT NULL,
+    updated REAL NOT NULL
+);
+"""
+
 #: Migration k brings the schema from version k to k+1 (version 0 is an empty database).
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
 
 
 FRESH_FLAG = "--fresh-state"
@@ -246,6 +261,20 @@ class StateError(RuntimeError):
 def _recovery(path: Path) -> str:
     return (f"restore {path} from a backup, or start with {FRESH_HINT} to move it aside and begin with empty "
             "state (the apps' history and the audit log are lost)")
+
+
+@dataclass(frozen=True)
+class BookRow:
+    """A tenant's durable book (core/tenancy.TenantBook) with how it is integrated: `entitled` GPU-seconds
+    up to `updated`, owed at `frac` (its fraction of the cluster) since; `finished` work of its jobs."""
+
+    entitled: float
+    finished: float
+    frac: float
+    updated: float
+
+    def book(self, now: float, cluster_gpus: float) -> TenantBook:
+        return TenantBook(self.entitled + max(0.0, now - self.updated) * cluster_gpus * self.frac, self.finished)
 
 
 @dataclass(frozen=True)
@@ -613,6 +642,28 @@ class Store:
     def forget_learned(self, job_ids: Iterable[str]) -> None:
         self._need_tx()
         self.db.executemany("DELETE FROM learned WHERE job_id = ?", ((j,) for j in job_ids))
+
+    def tenant_books(self) -> dict[Entity, BookRow]:
+        """Every active tenant's book (paced quotas), by the core's Entity."""
+        out: dict[Entity, BookRow] = {}
+        for r in self.db.execute("SELECT * FROM tenants"):
+            level, key = json.loads(r["entity"])
+            out[(level, tuple(key))] = BookRow(r["entitled"], r["finished"], r["frac"], r["updated"])
+        return out
+
+    def put_tenant_books(self, books: Mapping[Entity, BookRow]) -> None:
+        """The books of the tenants active now; every other tenant's row goes (its busy period ended)."""
+        self._need_tx()
+        self.db.execute("DELETE FROM tenants")
+        self.db.executemany("INSERT INTO tenants (entity, entitled, finished, frac, updated) VALUES (?, ?, ?, ?, ?)",
+                            ((json.dumps([lv, list(key)]), b.entitled, b.finished, b.frac, b.updated)
+                             for (lv, key), b in books.items()))
+
+    def add_tenant_finished(self, entity: Entity, work: float) -> None:
+        """A job of this tenant finished with `work` done (ideal GPU-seconds): into its book, if it has one."""
+        self._need_tx()
+        self.db.execute("UPDATE tenants SET finished = finished + ? WHERE entity = ?",
+                        (work, json.dumps([entity[0], list(entity[1])])))
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         """Read-only helper for tests, tools and admins' questions."""
