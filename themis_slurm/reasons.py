@@ -12,7 +12,9 @@ database renders exactly as the Decision did when it was made.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from themis_slurm.core.decision import (
@@ -151,3 +153,78 @@ def job_row(row: Mapping[str, Any], fairness_knob: float | None = None) -> str |
     if action == "preemption" and row.get("cause") is not None:
         return preemption_cause(row["cause"])
     return None
+
+
+# ------------------------------------------------------------------------------------------ tenancy
+@dataclass(frozen=True)
+class LevelAtShare:
+    """An account or user that held its quota in a round (tenancy levels, core/quota.py): `gpus` it held
+    after the round, its `quota` then, its `share` of the cluster (fraction; None unknown)."""
+
+    level: str  # "account" or "user"
+    name: str
+    account: str  # a user's account ("" when accounts do not count)
+    gpus: int
+    quota: float
+    share: float | None = None
+
+
+@dataclass(frozen=True)
+class AppAhead:
+    """Another app of the same tenant, ranked before the job's app (further behind), that got GPUs."""
+
+    app: str
+    rank: int | None
+    rho: float | None
+    gpus: int
+
+
+def at_quota(gpus: int, quota: float | None, wanted: int) -> bool:
+    """True when a tenant holding `gpus` has no room for `wanted` more within `quota` (core/quota.room:
+    whole GPUs up to the quota)."""
+    return quota is not None and gpus + max(1, wanted) > math.floor(quota + 1e-9)
+
+
+def _share(share: float | None) -> str:
+    return "" if share is None else f", {share:.1%} of the cluster now"
+
+
+def _level_words(lv: LevelAtShare, you: bool) -> str:
+    """One level at its share: "your account vision is at its share (...)" / "you (alice) are at ..."."""
+    quota = f"quota of {lv.quota:.2f} GPU(s) in that round{_share(lv.share)}"
+    if lv.level == "account":
+        who = f"your account {lv.name}" if you else f"account {lv.name}"
+        return f"{who} is at its share: it holds {lv.gpus} GPU(s) against its {quota}; other accounts came first"
+    within = f" in account {lv.account}" if lv.account else ""
+    others = "other users of the account" if lv.account else "other users"
+    if you:
+        return (f"you ({lv.name}) are at your share{within}: you hold {lv.gpus} GPU(s) against your {quota}; "
+                f"{others} came first")
+    return f"user {lv.name} is at its share{within}: it holds {lv.gpus} GPU(s) against its {quota}; {others} came first"
+
+
+def tenancy_limit(at_share: Sequence[LevelAtShare], ahead: Sequence[AppAhead], kept_by_quota: bool = False,
+                  you: bool = False, tenant: tuple[str, str] = ("user", "")) -> str | None:
+    """Which level of the tenancy tree held a waiting job back in its app's last round, in words; None when
+    none did.
+
+    `at_share`: the levels (top-down) at their quota (the highest one is named: an account at its share
+    bounds all its users); `ahead`: other apps of the job's tenant ranked before its app (further behind)
+    that got GPUs; `kept_by_quota`: its app won GPUs in the auction but kept fewer because its tenant
+    reached its quota; `you`: the reader owns the job; `tenant`: (level, name) of the job's tenant.
+    """
+    parts = []
+    if at_share:
+        text = _level_words(at_share[0], you)
+        if kept_by_quota:
+            text = f"it kept only what fits the quota because {text}"
+        parts.append(text)
+    if ahead:
+        level, name = tenant
+        whose = "of yours" if you and level == "user" else f"of {level} {name}"
+        items = ", ".join(f"{a.app} (rank {'-' if a.rank is None else a.rank}, "
+                          f"rho {'-' if a.rho is None else f'{a.rho:.2f}'}, got {a.gpus} GPU(s))" for a in ahead)
+        verb = "another app" if len(ahead) == 1 else "other apps"
+        are = "is" if len(ahead) == 1 else "are"
+        parts.append(f"{verb} {whose} {are} further behind and went first: {items}")
+    return "; ".join(parts) or None

@@ -160,6 +160,23 @@ class StateReader:
             "   AND (d.job_id = ? OR (d.app_key = ? AND d.action = 'app'))"
             " ORDER BY d.round_id DESC, d.id", (job_id, app_key, rounds, job_id, app_key))
 
+    def round_apps(self, round_id: int | None = None) -> list[Row]:
+        """The app records (decision rows ``app``) of round `round_id`, or of the last round."""
+        if round_id is None:
+            last = self._all("SELECT MAX(id) AS id FROM rounds")
+            if not last or last[0]["id"] is None:
+                return []
+            round_id = int(last[0]["id"])
+        return self._all("SELECT * FROM decisions WHERE round_id = ? AND action = 'app' ORDER BY id", (round_id,))
+
+    def tenancy(self) -> Row | None:
+        """The tree the rounds use (store v9 table ``tenancy``: levels, tree, line, read_at); None when
+        themisd has stored none (an older themisd, or no cycle yet)."""
+        if not self._all("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'tenancy'"):
+            return None
+        rows = self._all("SELECT * FROM tenancy WHERE id = 1")
+        return rows[0] if rows else None
+
     def app_of_past_job(self, job_id: str) -> str | None:
         """The app of a job that left (its rows are gone, its decisions and events stay in the audit log)."""
         rows = self._all("SELECT app_key FROM (SELECT app_key, time FROM decisions WHERE job_id = ? UNION ALL"

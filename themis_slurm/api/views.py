@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
-from themis_slurm import reasons
+from themis_slurm import reasons, tenant_levels
 from themis_slurm.api.auth import Identity
 from themis_slurm.api.cluster import GPU_STATES, gpu_states, held_from_rows
 from themis_slurm.api.db import Row, StateReader
 from themis_slurm.api.slurmconf import SlurmConfInfo
-from themis_slurm.core.decision import Outcome
+from themis_slurm.core.decision import KeptBy, Outcome
+from themis_slurm.core.tenancy import FLAT, Entity, Tenancy
 from themis_slurm.slurm.eligibility import ineligible
 from themis_slurm.slurm.model import ManagedJob, Snapshot
 
@@ -94,6 +95,8 @@ class Context:
     #: Slurm actions themisd failed or put off and retries (job, app, action, since, tries, error); the
     #: daemon's own list, empty when the data come from the database
     pending_actions: Sequence[Doc] = ()
+    #: what one request computed once and several parts of its document use (the tenancy tree)
+    cache: dict[str, Any] = field(default_factory=dict)
 
     def meta(self) -> Doc:
         data_time = self.last_cycle or self.state.last_activity()
@@ -232,9 +235,86 @@ def app_docs(ctx: Context, jobs: list[Doc] | None = None, with_estimates: bool =
             "service_gpu_s": a["service_s"] if a else 0.0,
             "preemptions": preempted.get(key, 0),
             "active": bool(a["active"]) if a else True,
+            "account": (a.get("account") or "") if a else "",
         })
     out.sort(key=lambda d: (d["rank"] is None, d["rank"] or 0, d["app"]))
+    _with_tenancy(ctx, out)
     return out
+
+
+# ----------------------------------------------------------------------------------------- tenancy
+@dataclass(frozen=True)
+class TenancyInForce:
+    """The tree the rounds use, as themisd stored it (store v9; flat when it stored none)."""
+
+    tenancy: Tenancy
+    line: str = ""
+    read_at: float | None = None
+
+
+def tenancy_in_force(ctx: Context) -> TenancyInForce:
+    """The stored tree; flat, with a warning in meta, when the stored row cannot be read."""
+    if "in_force" not in ctx.cache:
+        row = ctx.state.tenancy()
+        got = TenancyInForce(FLAT)
+        if row is not None:
+            try:
+                got = TenancyInForce(tenant_levels.tenancy_from_json(row["tree"]), row["line"] or "", row["read_at"])
+            except ValueError as e:
+                ctx.warnings.append(f"{e}: apps are shown without their accounts and users")
+        ctx.cache["in_force"] = got
+    return ctx.cache["in_force"]
+
+
+def _tenant_doc(ent: Entity | None) -> Doc | None:
+    if not ent:
+        return None
+    level, key = ent
+    return {"level": level, "account": key[0], "user": key[1] if level == "user" else None}
+
+
+def _round_quotas(rows: Iterable[Row]) -> dict[Entity, tuple[float | None, int]]:
+    """Each tenant's (quota, GPUs held after the round) from a round's app records (store v9 columns)."""
+    out: dict[Entity, tuple[float | None, int]] = {}
+    for r in rows:
+        if r.get("tenant"):
+            out[tenant_levels.entity_from_json(r["tenant"])] = (r.get("tenant_quota"), r.get("tenant_gpus") or 0)
+    return out
+
+
+def _with_tenancy(ctx: Context, apps: list[Doc]) -> None:
+    """Each app doc gains `share` (its fraction of the cluster now, the one its T_id is computed on; None
+    for an app without work) and `tenant` (the account or user its quota is kept for; None when flat); the
+    request's tenancy Summary is kept in ctx.cache for the `tenancy` part of the document."""
+    ten = tenancy_in_force(ctx).tenancy
+    quotas: dict[Entity, float | None] = {}
+    if not ten.flat:
+        quotas = {e: q for e, (q, _) in _round_quotas(ctx.state.round_apps()).items()}
+    members = [tenant_levels.Member(a["app"], a["owner"], a["account"], a["active"], a["rho"], a["rank"],
+                                    a["gpus_held"], a["jobs_running"], a["jobs_waiting"]) for a in apps]
+    summary = tenant_levels.summarise(ten, members, quotas)  # finished apps (all=1) are grouped, without a share
+    for a in apps:
+        a["share"] = summary.app_share.get(a["app"])
+        a["tenant"] = _tenant_doc(summary.app_tenant.get(a["app"]))
+    ctx.cache["summary"] = summary
+
+
+def _level_doc(lv: tenant_levels.Level, visible: set[str]) -> Doc:
+    return {"level": lv.level, "account": lv.account, "user": lv.user or None, "shares": lv.shares,
+            "share": lv.share, "gpus_held": lv.gpus, "quota": lv.quota, "rho_worst": lv.rho, "rank": lv.rank,
+            "jobs_running": lv.running, "jobs_waiting": lv.waiting, "tenant": lv.tenant,
+            "apps": [a for a in lv.apps if a in visible]}
+
+
+def tenancy_doc(ctx: Context, visible: Iterable[Doc]) -> Doc:
+    """The `tenancy` part of /v1/cluster and /v1/apps: the levels in force and, in display order, every
+    account and user that holds one of the `visible` apps, with its share, GPUs, quota and worst rho (their
+    numbers count all its apps; `apps` lists the visible ones)."""
+    got = tenancy_in_force(ctx)
+    summary: tenant_levels.Summary = ctx.cache.get("summary", tenant_levels.Summary())
+    keys = {a["app"] for a in visible}
+    return {"levels": list(got.tenancy.levels), "line": got.line, "read_at": got.read_at,
+            "tenants": [_level_doc(lv, keys) for lv in summary.levels if keys.intersection(lv.apps)]}
 
 
 def _rho_aggregates(apps: list[Doc]) -> Doc:
@@ -283,13 +363,15 @@ def cluster_view(ctx: Context, params: Mapping[str, str]) -> Doc:
     leases = _leases(jobs, ctx.now)
     stats = ctx.state.round_stats()
     v = ctx.viewer
+    visible = [a for a in apps if v.sees(a["owner"])]
     return {
         "meta": ctx.meta(),
         "gpus": total,
         "racks": racks,
         "aggregates": {**_rho_aggregates(apps), "leases": len(leases),
                        "next_lease_end": leases[0]["lease_end"] if leases else None},
-        "apps": [a for a in apps if v.sees(a["owner"])],
+        "apps": visible,
+        "tenancy": tenancy_doc(ctx, visible),
         "next_leases": [x for x in leases if v.sees(x["user"])][:NEXT_LEASES],
         "ineligible": [{"job": j["job"], "app": j["app"], "user": j["user"], "gpus": j["gpus"],
                         "reason": j["ineligible"]} for j in jobs if j["ineligible"] and v.sees(j["user"])],
@@ -313,7 +395,8 @@ def apps_view(ctx: Context, params: Mapping[str, str]) -> Doc:
         raise BadRequest(f"parameter 'all': {params['all']!r} is not 0 or 1")
     apps = app_docs(ctx, with_estimates=True, finished=params.get("all") == "1")
     visible = [a for a in apps if ctx.viewer.sees(a["owner"]) and params.get("user", a["owner"]) == a["owner"]]
-    return {"meta": ctx.meta(), "aggregates": _rho_aggregates(apps), "apps": visible}
+    return {"meta": ctx.meta(), "aggregates": _rho_aggregates(apps), "apps": visible,
+            "tenancy": tenancy_doc(ctx, visible)}
 
 
 def jobs_view(ctx: Context, params: Mapping[str, str]) -> Doc:
@@ -384,7 +467,10 @@ def _app_round(d: Row) -> Doc:
             "ranked": d.get("ranked"), "won_gpus": d.get("won_gpus") or 0,
             "kept_gpus": d.get("kept_gpus") if won else None, "kept_by": d.get("kept_by") if won else None,
             "leftover_gpus": d.get("leftover_gpus") or 0, "hidden_payment": d["payment"], "gpus": d["gpus"],
-            "reservation": _reservation(d)}
+            "reservation": _reservation(d),
+            # tenancy levels (store v9; null when flat or written before): its tenant, quota and GPUs after
+            "tenant": _tenant_doc(tenant_levels.entity_from_json(d["tenant"])) if d.get("tenant") else None,
+            "tenant_quota": d.get("tenant_quota"), "tenant_gpus": d.get("tenant_gpus")}
 
 
 def _reservation(d: Row) -> Doc | None:
@@ -419,8 +505,8 @@ def _nodes_text(nodes: Mapping[str, int] | None) -> str:
     return ",".join(f"{n}:{c}" for n, c in sorted((nodes or {}).items())) or "-"
 
 
-def _summary(job: Doc, app: Doc | None, rounds: list[Doc], now: float) -> str:
-    """One sentence: why the job runs or waits."""
+def _summary(job: Doc, app: Doc | None, rounds: list[Doc], now: float, tenancy: str | None = None) -> str:
+    """One sentence: why the job runs or waits (`tenancy`: which level of the tree held it back)."""
     intent, rank = job["intent"], (app or {}).get("rank")
     rho = (app or {}).get("rho")
     standing = f"its app {job['app']} has rho {rho:.2f}" if rho is not None else f"its app is {job['app']}"
@@ -461,6 +547,8 @@ def _summary(job: Doc, app: Doc | None, rounds: list[Doc], now: float) -> str:
                 f"or a lease expires); {standing}")
     reason = last_app["app"]["reason"]
     text = f"waiting: in round {last_app['round']} at {_hm(last_app['time'])} its app {reason}"
+    if tenancy:
+        text += f"; {tenancy}"
     if job.get("limits"):
         text += (f"; it can only use GPUs on {','.join(job['allowed_nodes'] or []) or 'no node'} "
                  f"({job['limits']}), so it waits for GPUs there")
@@ -495,11 +583,13 @@ def explain_view(ctx: Context, job_id: str, params: Mapping[str, str]) -> Doc:
     rounds = _explain_rounds(ctx, job_id, job["app"])
     last_grant = next((a for r in rounds for a in r["job"] if a["action"] == "grant"), None)
     row = ctx.state.job(job_id) or {}
+    ten = _tenancy_explain(ctx, job, rounds)
     return {
         "meta": ctx.meta(),
         "job": job,
         "app": app,
-        "summary": _summary(job, app, rounds, ctx.now),
+        "summary": _summary(job, app, rounds, ctx.now, ten["reason"] if ten else None),
+        "tenancy": ten,
         "rounds": rounds,
         "placement": {"planned": row.get("planned_nodes") or {},
                       "granted": last_grant["nodes"] if last_grant else None,
@@ -510,6 +600,57 @@ def explain_view(ctx: Context, job_id: str, params: Mapping[str, str]) -> Doc:
                    for e in ctx.state.events_of(job_id)],
         "estimate": _estimate_doc(row),
     }
+
+
+def _tenancy_explain(ctx: Context, job: Doc, rounds: list[Doc]) -> Doc | None:
+    """The job's place in the tree (its account and user now) and, for a waiting job, which level held it
+    back in its app's last round: a level at its quota (the highest one: an account at its share bounds
+    all its users) and other apps of its tenant ranked before its app that got GPUs. None when flat."""
+    ten = tenancy_in_force(ctx).tenancy
+    if ten.flat:
+        return None
+    summary: tenant_levels.Summary = ctx.cache.get("summary", tenant_levels.Summary())
+    standing = [_level_doc(lv, {job["app"]}) for lv in summary.levels if job["app"] in lv.apps]
+    out: Doc = {"levels": list(ten.levels), "standing": standing, "round": None, "at_share": [], "ahead": [],
+                "reason": None}
+    last = next((r for r in rounds if r["app"]), None)
+    if last is None or not last["app"].get("tenant"):
+        return out
+    out["round"] = last["round"]
+    if job["intent"] != "waiting" or job.get("ineligible"):
+        return out
+    rows = ctx.state.round_apps(last["round"])
+    books = _round_quotas(rows)
+    ent = tenant_levels.entity_from_json(next(r["tenant"] for r in rows if r["app_key"] == job["app"]))
+    share = {lv.entity: lv.share for lv in summary.levels}
+    at_share: list[reasons.LevelAtShare] = []
+    if ent[0] == "user" and "account" in ten.levels:  # the account above: its users' quotas and GPUs together
+        mine = [(q, g) for e, (q, g) in books.items() if e[0] == "user" and e[1][0] == ent[1][0] and q is not None]
+        acct = ("account", (ent[1][0],))
+        quota, gpus = sum(q for q, _ in mine), sum(g for _, g in mine)
+        if mine and reasons.at_quota(gpus, quota, job["gpus"] or 1):
+            at_share.append(reasons.LevelAtShare("account", ent[1][0], ent[1][0], gpus, quota, share.get(acct)))
+    quota, gpus = books.get(ent, (None, 0))
+    if quota is not None and reasons.at_quota(gpus, quota, job["gpus"] or 1):
+        name = ent[1][0] if ent[0] == "account" else ent[1][1]
+        at_share.append(reasons.LevelAtShare(ent[0], name, ent[1][0], gpus, quota, share.get(ent)))
+    mine_row = next(r for r in rows if r["app_key"] == job["app"])
+    my_rank = mine_row.get("rank")
+    ahead = [reasons.AppAhead(r["app_key"], r.get("rank"), _finite(r.get("rho_before")),
+                              (r.get("kept_gpus") or 0) + (r.get("leftover_gpus") or 0))
+             for r in rows if r["app_key"] != job["app"] and r.get("tenant") == mine_row.get("tenant")
+             and r.get("rank") is not None and (my_rank is None or r["rank"] < my_rank)
+             and (r.get("kept_gpus") or 0) + (r.get("leftover_gpus") or 0) > 0
+             and ctx.viewer.sees(owner_of(r["app_key"]))]
+    ahead.sort(key=lambda a: (a.rank or 0, a.app))
+    tenant_name = ent[1][0] if ent[0] == "account" else ent[1][1]
+    kept_by_quota = mine_row.get("kept_by") == KeptBy.QUOTA
+    out["at_share"] = [{"level": lv.level, "name": lv.name, "account": lv.account, "gpus": lv.gpus,
+                        "quota": lv.quota, "share": lv.share} for lv in at_share]
+    out["ahead"] = [{"app": a.app, "rank": a.rank, "rho": a.rho, "gpus": a.gpus} for a in ahead]
+    out["reason"] = reasons.tenancy_limit(at_share, ahead, kept_by_quota, you=ctx.viewer.user == job["user"],
+                                          tenant=(ent[0], tenant_name))
+    return out
 
 
 def _estimate_doc(row: Mapping[str, Any]) -> Doc | None:

@@ -40,6 +40,14 @@ ROUND_COLUMNS = (
 )
 
 
+def _standing(lv: dict[str, Any]) -> str:
+    """One level of the job's place in the tree: ``account vision: 75.0% of the cluster, 8 GPU(s), quota 8.00``."""
+    name = lv["account"] if lv["level"] == "account" else lv["user"]
+    share = "-" if lv["share"] is None else f"{lv['share']:.1%}"
+    quota = "" if lv["quota"] is None else f", quota {lv['quota']:.2f}"
+    return f"{lv['level']} {name or repr('')}: {share} of the cluster, {lv['gpus_held']} GPU(s) now{quota}"
+
+
 _SOURCES = {"est=": "--themis-est", "time limit": "its time limit", "default": "estimates.default_s"}
 
 
@@ -54,6 +62,9 @@ def render_explain(doc: dict[str, Any], opts: TableOptions) -> str:
         lines.append(f"App:       rho {cell(app.get('rho'))}, rank {cell(app.get('rank'))} of {app.get('ranked', '-')}"
                      f" (1 = furthest behind); {app['jobs_running']} running, {app['jobs_waiting']} waiting, "
                      f"{app['gpus_held']} GPU(s) held, {app['preemptions']} preemption(s)")
+    ten = doc.get("tenancy")
+    if ten and ten["standing"]:
+        lines.append("Tenancy:   " + "; ".join(_standing(lv) for lv in ten["standing"]))
     if lease["end"] is not None:
         lines.append(f"Lease:     {clock(lease['start'])} -> {clock(lease['end'])} "
                      f"({duration(lease['remaining_s'])} left)")

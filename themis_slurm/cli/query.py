@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,22 @@ from themis_slurm.cli.common import (
     table_options,
     table_opts,
 )
-from themis_slurm.cli.output import Column, clock, duration, nodes_text, render, rho_text, short_state
+from themis_slurm.cli.output import (
+    Column,
+    TableOptions,
+    clock,
+    duration,
+    nodes_text,
+    render,
+    rho_text,
+    short_state,
+)
+
+
+def _shares(x: float | None) -> int | float | None:
+    """Raw shares as Slurm prints them (integers), a fraction only where there is one."""
+    return int(x) if x is not None and x == int(x) else x
+
 
 APP_COLUMNS = (
     Column("rank", "RANK", lambda a: a["rank"], True, "1 = worst rho (furthest behind its fair finish time)"),
@@ -31,10 +48,72 @@ APP_COLUMNS = (
     Column("t_id", "T_ID", lambda a: duration(a["t_id_s"]), True, "finish time on a private 1/N share"),
     Column("t_sh", "T_SH", lambda a: duration(a["t_sh_s"]), True, "estimated finish time as things are"),
     Column("preemptions", "PREEMPT", lambda a: a["preemptions"], True),
-    Column("service", "GPU_HOURS", lambda a: f"{a['service_gpu_s'] / 3600:.2f}", True),
+    Column("service", "GPU_HOURS", lambda a: None if a["service_gpu_s"] is None else f"{a['service_gpu_s'] / 3600:.2f}",
+           True),
     Column("arrival", "ARRIVAL", lambda a: clock(a["arrival"]), True),
+    # tenancy levels (issue 33): in the tree each account and user is a row above its apps
+    Column("tenant", "TENANT/APP", lambda a: a.get("tree", a["app"]),
+           help="accounts, users and their apps, indented (the levels of tenancy.levels)"),
+    Column("level", "LEVEL", lambda a: a.get("level", "app"), help="account, user or app"),
+    Column("account", "ACCOUNT", lambda a: a["account"]),
+    Column("user", "USER", lambda a: a.get("user", a.get("owner"))),
+    Column("share", "SHARE", lambda a: None if a["share"] is None else f"{a['share']:.1%}", True,
+           "fraction of the cluster owed now (an app: the share its T_id is computed on)"),
+    Column("shares", "RAW_SHARES", lambda a: _shares(a.get("shares")), True, "the account's or user's shares in Slurm"),
+    Column("quota", "QUOTA", lambda a: a.get("quota"), True,
+           "GPUs the last round let the account or user hold (its share of the GPUs in play, paced)"),
 )
 APP_DEFAULT = ("rank", "app", "owner", "running", "waiting", "gpus", "rho", "t_id", "t_sh")
+#: the default with tenancy levels: the tree, each level's share, GPUs now, quota and worst rho
+TREE_DEFAULT = ("tenant", "share", "gpus", "quota", "rho", "rank", "running", "waiting", "t_id", "t_sh")
+
+
+def _level_row(lv: dict[str, Any], depth: int) -> dict[str, Any]:
+    name = lv["account"] if lv["level"] == "account" else lv["user"]
+    return {"tree": "  " * depth + (name or "''"), "level": lv["level"], "app": None, "owner": lv["user"],
+            "user": lv["user"], "account": lv["account"], "share": lv["share"], "shares": lv["shares"],
+            "quota": lv["quota"], "rho": lv["rho_worst"], "rank": None, "jobs_running": lv["jobs_running"],
+            "jobs_waiting": lv["jobs_waiting"], "gpus_held": lv["gpus_held"], "gpus_wanted": None, "t_id_s": None,
+            "t_sh_s": None, "preemptions": None, "service_gpu_s": None, "arrival": None}
+
+
+def tree_rows(doc: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The apps of `doc` (/v1/apps or /v1/cluster) under their accounts and users, sshare-like: each level a
+    row, its apps indented below it in rank order; None when the tenancy is flat (the plain apps table)."""
+    ten = doc.get("tenancy") or {}
+    levels = ten.get("levels") or ["app"]
+    if levels == ["app"]:
+        return None
+    apps = {a["app"]: a for a in doc["apps"]}
+    depth = {lv: i for i, lv in enumerate(levels)}
+    rows: list[dict[str, Any]] = []
+    placed: set[str] = set()
+    for lv in ten.get("tenants", []):
+        rows.append(_level_row(lv, depth.get(lv["level"], 0)))
+        if lv["tenant"]:
+            for key in lv["apps"]:
+                if key in apps and key not in placed:
+                    placed.add(key)
+                    rows.append({**apps[key], "tree": "  " * depth["app"] + key, "level": "app"})
+    rows += [{**a, "tree": a["app"], "level": "app"} for a in doc["apps"] if a["app"] not in placed]
+    return rows
+
+
+def app_columns(doc: dict[str, Any]) -> tuple[Column, ...]:
+    """APP_COLUMNS with the tree column headed by the levels in force (ACCOUNT/USER/APP)."""
+    levels: Sequence[str] = (doc.get("tenancy") or {}).get("levels") or ["app"]
+    header = "/".join(levels).upper() if list(levels) != ["app"] else "TENANT/APP"
+    return tuple(replace(c, header=header) if c.name == "tenant" else c for c in APP_COLUMNS)
+
+
+def app_table(doc: dict[str, Any], flat_default: Sequence[str], tree_default: Sequence[str], opts: TableOptions,
+              flat: bool = False) -> str:
+    """The apps of `doc`: grouped under accounts and users with tenancy levels (unless `flat`), else one row
+    per app exactly as without tenancy."""
+    rows = None if flat else tree_rows(doc)
+    if rows is None:
+        return render(doc["apps"], app_columns(doc), flat_default, opts)
+    return render(rows, app_columns(doc), tree_default, opts)
 
 JOB_COLUMNS = (
     Column("job", "JOBID", lambda j: j["job"], True),
@@ -60,21 +139,25 @@ def _fields_epilog(columns: tuple[Column, ...], default: tuple[str, ...]) -> str
     return f"\b\nFields for -o: {names}\nDefault: {','.join(default)}"
 
 
-@click.command("apps", context_settings=NO_H_HELP, epilog=_fields_epilog(APP_COLUMNS, APP_DEFAULT))
+@click.command("apps", context_settings=NO_H_HELP, epilog=_fields_epilog(APP_COLUMNS, APP_DEFAULT)
+               + f"\n\b\nWith tenancy levels (accounts, users) the default is {','.join(TREE_DEFAULT)}:\n"
+                 "each account and user a row above its apps (--flat: one row per app).")
 @click.option("-u", "--user", default=None, help="Only this user's apps.")
 @click.option("--all", "-A", "show_all", is_flag=True, help="Also apps whose jobs have all finished (history).")
+@click.option("--flat", is_flag=True, help="One row per app, without the account and user rows.")
 @table_options
 @connection_options
 @fails_cleanly
-def apps(user: str | None, show_all: bool, noheader: bool, fields: str | None, parsable: bool, as_json: bool,
-         config: Path | None, url: str | None) -> None:
-    """Apps ranked by finish-time fairness rho, with T_id and T_sh estimates."""
+def apps(user: str | None, show_all: bool, flat: bool, noheader: bool, fields: str | None, parsable: bool,
+         as_json: bool, config: Path | None, url: str | None) -> None:
+    """Apps ranked by finish-time fairness rho, with T_id and T_sh estimates; with tenancy levels, grouped
+    under their accounts and users with each one's share, GPUs, quota and worst rho."""
     client = make_client(config, url)
     doc = client.get("/v1/apps", {"user": user, "all": "1" if show_all else None})
     if as_json:
         print_json(doc)
         return
-    click.echo(render(doc["apps"], APP_COLUMNS, APP_DEFAULT, table_opts(noheader, parsable, fields)))
+    click.echo(app_table(doc, APP_DEFAULT, TREE_DEFAULT, table_opts(noheader, parsable, fields), flat))
     print_notes(doc, client)
 
 

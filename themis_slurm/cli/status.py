@@ -22,7 +22,7 @@ from themis_slurm.cli.common import (
     table_opts,
 )
 from themis_slurm.cli.output import Column, TableOptions, clock, duration, nodes_text, render
-from themis_slurm.cli.query import APP_COLUMNS
+from themis_slurm.cli.query import app_table
 
 RACK_COLUMNS = (
     Column("rack", "RACK", lambda r: r["rack"]),
@@ -53,6 +53,7 @@ PENDING_COLUMNS = (
     Column("error", "WHY (Slurm's answer; themisd tries again every cycle)", lambda x: x["error"]),
 )
 STATUS_APP_DEFAULT = ("rank", "app", "owner", "running", "waiting", "gpus", "rho", "preemptions")
+STATUS_TREE_DEFAULT = ("tenant", "share", "gpus", "quota", "rho", "rank", "running", "waiting", "preemptions")
 
 
 def _age(meta: dict[str, Any]) -> str:
@@ -79,13 +80,14 @@ def footer(doc: dict[str, Any]) -> str:
             f"{r['preemptions']} preemption(s)")
 
 
-def render_status(doc: dict[str, Any], opts: TableOptions) -> str:
-    """The whole screen; -P/-h apply to each table, -o to the apps table."""
+def render_status(doc: dict[str, Any], opts: TableOptions, flat: bool = False) -> str:
+    """The whole screen; -P/-h apply to each table, -o to the apps table (grouped under accounts and users
+    with tenancy levels, unless `flat`)."""
     plain = TableOptions(noheader=opts.noheader, parsable=opts.parsable)
     parts = [] if opts.parsable else [headline(doc)]
     if doc["racks"]:
         parts.append(render(doc["racks"], RACK_COLUMNS, [c.name for c in RACK_COLUMNS], plain))
-    parts.append(render(doc["apps"], APP_COLUMNS, STATUS_APP_DEFAULT, opts))
+    parts.append(app_table(doc, STATUS_APP_DEFAULT, STATUS_TREE_DEFAULT, opts, flat))
     if doc["next_leases"] or not opts.parsable:
         parts.append(render(doc["next_leases"], LEASE_COLUMNS, [c.name for c in LEASE_COLUMNS], plain))
     if doc.get("ineligible"):
@@ -93,17 +95,19 @@ def render_status(doc: dict[str, Any], opts: TableOptions) -> str:
     if doc.get("pending_actions"):
         parts.append(render(doc["pending_actions"], PENDING_COLUMNS, [c.name for c in PENDING_COLUMNS], plain))
     if not opts.parsable:
-        parts.append(footer(doc))
+        ten = doc.get("tenancy") or {}
+        line = f"\ntenancy: {ten['line']}" if ten.get("line") and ten.get("levels") != ["app"] else ""
+        parts.append(footer(doc) + line)
     return "\n\n".join(parts)
 
 
-def _watch(client: Client, opts: TableOptions, every: float) -> None:
+def _watch(client: Client, opts: TableOptions, every: float, flat: bool) -> None:
     clear = sys.stdout.isatty()
     try:
         while True:
             try:
                 doc = client.get("/v1/cluster")
-                text = render_status(doc, opts)
+                text = render_status(doc, opts, flat)
                 notes = [*doc["meta"].get("warnings", []), doc["meta"]["viewer"].get("note") or ""]
                 text += "".join(f"\nnote: {n}" for n in notes if n)
             except CliError as e:
@@ -131,25 +135,27 @@ def _seconds(ctx: click.Context, param: click.Parameter, value: str | None) -> f
 @click.command("status", context_settings=NO_H_HELP)
 @click.option("--watch", "-w", "watch", is_flag=False, flag_value="2", default=None, metavar="[SECONDS]",
               callback=_seconds, help="Refresh in place every SECONDS (default 2) until Ctrl-C.")
+@click.option("--flat", is_flag=True, help="Apps one row each, without their account and user rows.")
 @table_options
 @connection_options
 @fails_cleanly
-def status(watch: float | None, noheader: bool, fields: str | None, parsable: bool, as_json: bool,
+def status(watch: float | None, flat: bool, noheader: bool, fields: str | None, parsable: bool, as_json: bool,
            config: Path | None, url: str | None) -> None:
     """GPUs total/free/leased/unmanaged by rack, apps ranked by rho, next lease expiries.
 
-    -o chooses the columns of the apps table (fields as in `themis apps --help`).
+    -o chooses the columns of the apps table (fields as in `themis apps --help`). With tenancy levels the
+    apps are grouped under their accounts and users, each with its share, GPUs now, quota and worst rho.
     """
     client = make_client(config, url)
     opts = table_opts(noheader, parsable, fields)
     if watch is not None:
         if as_json:
             raise click.UsageError("--watch and --json do not go together")
-        _watch(client, opts, watch)
+        _watch(client, opts, watch, flat)
         return
     doc = client.get("/v1/cluster")
     if as_json:
         print_json(doc)
         return
-    click.echo(render_status(doc, opts))
+    click.echo(render_status(doc, opts, flat))
     print_notes(doc, client)

@@ -44,7 +44,7 @@ from themis_slurm.core.tenancy import FLAT, Entity, Tenancy
 from themis_slurm.core.workload import App
 from themis_slurm.daemon.config import Config
 from themis_slurm.daemon.estimates import done_and_work, present_by_user, submitted
-from themis_slurm.daemon.metrics import Metrics
+from themis_slurm.daemon.metrics import Metrics, tenant_members
 from themis_slurm.daemon.planning import (
     InPlace,
     RoundInput,
@@ -69,6 +69,7 @@ from themis_slurm.gc_pause import collector_paused
 from themis_slurm.slurm.actions import ActionRefused
 from themis_slurm.slurm.model import ManagedJob, SlurmBackend, Snapshot
 from themis_slurm.slurm.shares import SharesReader
+from themis_slurm.tenant_levels import summarise
 
 log = logging.getLogger("themisd")
 #: Finished jobs kept per user for calibration: at least this many, more when the window is larger (a
@@ -156,6 +157,8 @@ class Daemon:
                                      if runner is not None else None)  # fmt: skip
         self._tree: Tenancy = FLAT  # this cycle's (set at the start of each cycle)
         self._books: dict[Entity, BookRow] = {}  # the tenants' books for paced quotas (planning.advance_books)
+        self._stored_tree: object = None  # the tree last written for the status API (store v9 `tenancy`)
+        self._quotas: dict[Entity, float | None] = {}  # each tenant's quota in the last round (metrics)
         # calibration: the histories read from the store when needed, the Calibration they make alone
         # (`_finished_cal`, until a job finishes) and with this cycle's present jobs (`_calibration`)
         self._histories: dict[str, UserHistory] | None = None
@@ -259,6 +262,11 @@ class Daemon:
             self._last_signature = None  # intents changed: a round may decide something new
 
         self._tree = self.tenancy.tenancy(now)  # refreshed every tenancy.refresh_s and after a reload
+        cur = self.tenancy.current
+        if cur is not None and (cur.tenancy, cur.line, self.tenancy.read_at) != self._stored_tree:
+            with self.store.tx():  # the status API shows levels and shares from it (no Slurm call)
+                self.store.put_tenancy(cur.tenancy, cur.line, self.tenancy.read_at, now)
+            self._stored_tree = (cur.tenancy, cur.line, self.tenancy.read_at)
         apps = self._account(snap, jobs, rows, now)
         self.tenancy.check_apps((a.account, a.owner) for a in apps.values())
 
@@ -519,6 +527,7 @@ class Daemon:
                 self.store.put_job(row)
         self._last_signature = inp.signature  # only once recorded: a round the store refused runs again
         rows.update(new_rows)
+        self._quotas = {rec.tenant: rec.tenant_quota for rec in decision.apps.values() if rec.tenant}
         self._log_decision(decision, trigger, latency, mode, knob)
         for y, ip in in_place.items():
             log.info("renew app=%s job=%s in place instead of moving job %s onto its GPUs "
@@ -647,3 +656,4 @@ class Daemon:
         self.metrics.calibration_users.set(len(cal.by_user))
         self.metrics.calibration_cluster.set(cal.cluster)
         self.metrics.set_jobs(r.intent for r in rows.values())
+        self.metrics.set_tenants(summarise(self._tree, tenant_members(apps, snap.managed), self._quotas).levels)

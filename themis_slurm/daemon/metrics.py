@@ -11,10 +11,27 @@ from collections.abc import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from themis_slurm.daemon.store import INTENTS
+from themis_slurm.daemon.store import INTENTS, AppRow
+from themis_slurm.slurm.model import ManagedJob
+from themis_slurm.tenant_levels import Level, Member
 
 RHO_BUCKETS = (0.5, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+
+
+def tenant_members(apps: Mapping[str, AppRow], managed: Iterable[ManagedJob]) -> list[Member]:
+    """The active apps as tenant_levels.summarise takes them: account, owner, last rho, GPUs and jobs now."""
+    gpus: dict[str, int] = {}
+    running: dict[str, int] = {}
+    waiting: dict[str, int] = {}
+    for m in managed:
+        if m.state == "RUNNING":
+            gpus[m.app_key] = gpus.get(m.app_key, 0) + m.gpus
+            running[m.app_key] = running.get(m.app_key, 0) + 1
+        elif m.state == "PENDING":
+            waiting[m.app_key] = waiting.get(m.app_key, 0) + 1
+    return [Member(k, a.owner, a.account, bool(a.active), a.rho, None, gpus.get(k, 0), running.get(k, 0),
+                   waiting.get(k, 0)) for k, a in apps.items()]
 
 
 class Metrics:
@@ -64,6 +81,20 @@ class Metrics:
             "(problem: full, io, readonly); retried every cycle", ["problem"], registry=r)
         self.config_reloads = Counter("themis_config_reloads", "SIGHUP reloads by result", ["result"],
                                       registry=r)
+        # tenancy levels (issue 33): one series per account and user with work now, removed when it has none
+        # left, so the label sets stay as many as the active tenants (none with tenancy.levels [app])
+        tenant = ["level", "account", "user"]
+        self.tenant_gpus = Gauge("themis_tenant_gpus", "GPUs held now by the running jobs of each account and "
+                                 "user with work (tenancy levels)", tenant, registry=r)
+        self.tenant_share = Gauge("themis_tenant_share", "Fraction of the cluster each account and user with "
+                                  "work is owed now (its apps' nested shares, summed)", tenant, registry=r)
+        self.tenant_quota = Gauge("themis_tenant_quota", "GPUs the last round let each account and user hold "
+                                  "(its quota; an account: its users' together)", tenant, registry=r)
+        self.tenant_rho = Gauge("themis_tenant_rho_worst", "Largest rho among the apps of each account and user "
+                                "after the last round", tenant, registry=r)
+        self._tenants: set[tuple[str, str, str]] = set()
+        self._tenant_quota: set[tuple[str, str, str]] = set()
+        self._tenant_rho: set[tuple[str, str, str]] = set()
 
     def serve(self, address: tuple[str, int]) -> None:
         """Starts the /metrics HTTP endpoint in a daemon thread."""
@@ -79,6 +110,31 @@ class Metrics:
             counts[i] = counts.get(i, 0) + 1
         for i in INTENTS:
             self.jobs.labels(i).set(counts.get(i, 0))
+
+    def set_tenants(self, levels: Iterable[Level]) -> None:
+        """The tenant gauges of this cycle's accounts and users (tenant_levels.summarise); the series of
+        those gone, or of a quota or rho no longer known, are removed."""
+        seen: set[tuple[str, str, str]] = set()
+        quota: set[tuple[str, str, str]] = set()
+        rho: set[tuple[str, str, str]] = set()
+        for lv in levels:
+            key = (lv.level, lv.account, lv.user)
+            seen.add(key)
+            self.tenant_gpus.labels(*key).set(lv.gpus)
+            self.tenant_share.labels(*key).set(lv.share or 0.0)
+            if lv.quota is not None:
+                quota.add(key)
+                self.tenant_quota.labels(*key).set(lv.quota)
+            if lv.rho is not None:
+                rho.add(key)
+                self.tenant_rho.labels(*key).set(lv.rho)
+        for gauges, old, new in (((self.tenant_gpus, self.tenant_share), self._tenants, seen),
+                                 ((self.tenant_quota,), self._tenant_quota, quota),
+                                 ((self.tenant_rho,), self._tenant_rho, rho)):
+            for key in old - new:
+                for g in gauges:
+                    g.remove(*key)
+        self._tenants, self._tenant_quota, self._tenant_rho = seen, quota, rho
 
     def value(self, name: str, labels: Mapping[str, str] | None = None) -> float:
         """A sample's current value (tests and the benchmark read metrics back through this)."""

@@ -53,7 +53,8 @@ from typing import Any
 
 from themis_slurm.core.decision import AppRecord
 from themis_slurm.core.fairness import ContentionClock
-from themis_slurm.core.tenancy import Entity, TenantBook
+from themis_slurm.core.tenancy import Entity, Tenancy, TenantBook
+from themis_slurm.tenant_levels import entity_json, tenancy_from_json, tenancy_json
 
 #: Intents of a job, in its life: waiting (held, wants GPUs) -> granted (a round gave it GPUs; start
 #: pending until they are free) -> starting (pin+release sent) -> running (lease) -> warning (SIGUSR1 to
@@ -234,8 +235,30 @@ CREATE TABLE tenants (
 );
 """
 
+#: v9: what the status API needs to show tenancy without asking Slurm (issue 33 item 5). `tenancy` holds one
+#: row, the tree the rounds use (written when it changes): `levels` (JSON list), `tree` (JSON: the raw
+#: shares of accounts and users, core/tenancy.Tenancy; tenant_levels.tenancy_json), `line` (what the log
+#: said of it) and `read_at` (when it was last resolved: read from Slurm, or the config's flat tree; NULL for
+#: the start fallback, read from nowhere). Each app record (decision rows with an AppRecord) keeps its tenant (the core's Entity as JSON,
+#: NULL when flat), the tenant's quota in the round and the GPUs it held after it. decisions_round serves
+#: "the last round's records" (the API asks it on every status request) without a scan of the audit log.
+_V9 = """
+CREATE TABLE tenancy (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    levels TEXT NOT NULL,
+    tree TEXT NOT NULL,
+    line TEXT NOT NULL DEFAULT '',
+    read_at REAL,
+    updated REAL NOT NULL
+);
+ALTER TABLE decisions ADD COLUMN tenant TEXT;
+ALTER TABLE decisions ADD COLUMN tenant_quota REAL;
+ALTER TABLE decisions ADD COLUMN tenant_gpus INTEGER;
+CREATE INDEX decisions_round ON decisions(round_id);
+"""
+
 #: Migration k brings the schema from version k to k+1 (version 0 is an empty database).
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
 
 
 FRESH_FLAG = "--fresh-state"
@@ -594,6 +617,9 @@ class Store:
             typed.update(outcome=str(record.outcome), rank=record.rank, ranked=record.ranked, bid=int(record.bid),
                          won_gpus=record.won_gpus, kept_gpus=record.kept_gpus, kept_by=str(record.kept_by),
                          leftover_gpus=record.leftover_gpus)
+            if record.tenant:
+                typed.update(tenant=entity_json(record.tenant), tenant_quota=_finite(record.tenant_quota),
+                             tenant_gpus=record.tenant_gpus)
             if note is not None:
                 typed.update(reservation_job=note.job_id, reservation_gpus=note.gpus,
                              reservation_held=note.held, reservation_start_in_s=_finite(note.start_in_s),
@@ -658,6 +684,20 @@ class Store:
         self.db.executemany("INSERT INTO tenants (entity, entitled, finished, frac, updated) VALUES (?, ?, ?, ?, ?)",
                             ((json.dumps([lv, list(key)]), b.entitled, b.finished, b.frac, b.updated)
                              for (lv, key), b in books.items()))
+
+    def tenancy(self) -> tuple[Tenancy, str, float | None] | None:
+        """The tree last stored by :meth:`put_tenancy` (tenancy, line, read_at); None before any."""
+        rows = list(self.db.execute("SELECT * FROM tenancy WHERE id = 1"))
+        if not rows:
+            return None
+        return tenancy_from_json(rows[0]["tree"]), rows[0]["line"], rows[0]["read_at"]
+
+    def put_tenancy(self, tenancy: Tenancy, line: str, read_at: float | None, now: float) -> None:
+        """The tree the rounds use from now on (the status API shows shares and levels from it)."""
+        self._need_tx()
+        self.db.execute("INSERT OR REPLACE INTO tenancy (id, levels, tree, line, read_at, updated) "
+                        "VALUES (1, ?, ?, ?, ?, ?)",
+                        (json.dumps(list(tenancy.levels)), tenancy_json(tenancy), line, read_at, now))
 
     def add_tenant_finished(self, entity: Entity, work: float) -> None:
         """A job of this tenant finished with `work` done (ideal GPU-seconds): into its book, if it has one."""

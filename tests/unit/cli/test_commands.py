@@ -29,7 +29,8 @@ def test_status(run: Run, server: ApiServer) -> None:
 def test_status_json_shape(run: Run, server: ApiServer) -> None:
     doc = json.loads(run("status", "--url", server.url, "--json").output)
     assert set(doc) == {"meta", "gpus", "racks", "aggregates", "apps", "next_leases", "rounds", "ineligible",
-                        "pending_actions"}
+                        "pending_actions", "tenancy"}
+    assert doc["tenancy"] == {"levels": ["app"], "line": "", "read_at": None, "tenants": []}  # flat: no tree
     assert set(doc["meta"]) == {"time", "data_time", "data_age_s", "source", "viewer", "private_data", "warnings"}
     assert doc["meta"]["viewer"]["user"] == "themis-alice"
 
@@ -71,7 +72,9 @@ def test_explain_running_waiting_unknown(run: Run, server: ApiServer) -> None:
     res = run("explain", "999", "--url", server.url)
     assert res.exit_code == 1 and "themis: error: job 999 is not managed by Themis" in res.output
     doc = json.loads(run("explain", "10", "--url", server.url, "--json").output)
-    assert set(doc) == {"meta", "job", "app", "summary", "rounds", "placement", "lease", "events", "estimate"}
+    assert set(doc) == {"meta", "job", "app", "summary", "rounds", "placement", "lease", "events", "estimate",
+                        "tenancy"}
+    assert doc["tenancy"] is None  # flat (tenancy.levels [app])
     assert doc["estimate"]["calibration_factor"] == 1.0 and "Estimate:  " in out
 
 

@@ -5,6 +5,7 @@ The order, lowest first (docs: the report of issue #13):
     core                      pure mechanism: imports no other themis_slurm package
     gc_pause                  the collector paused around a round (imports nothing of ours)
     slurm, policies, reasons  Slurm adapter; policies over the core; the one renderer of round outcomes
+    tenant_levels             the account/user tree with numbers, for the API and the metrics (core)
     sim, hw                   simulator (core, policies; slurm's read-side parsers for sacct exports);
                               NVML probing (slurm)
     api                       the status API's views and server: reads the store as plain rows; what it needs
@@ -28,11 +29,12 @@ ALLOWED: dict[str, set[str]] = {
     "slurm": {"core"},
     "policies": {"core"},
     "reasons": {"core"},
+    "tenant_levels": {"core"},
     "sim": {"core", "policies", "slurm", "gc_pause"},  # loaders/sacct.py: AdminComment record, TRES, time parsers
     "hw": {"core", "slurm"},
-    "api": {"core", "slurm", "reasons"},
-    "daemon": {"core", "slurm", "reasons", "api", "gc_pause"},
-    "cli": {"core", "slurm", "policies", "reasons", "sim", "hw", "api", "daemon", "gc_pause"},
+    "api": {"core", "slurm", "reasons", "tenant_levels"},
+    "daemon": {"core", "slurm", "reasons", "tenant_levels", "api", "gc_pause"},
+    "cli": {"core", "slurm", "policies", "reasons", "tenant_levels", "sim", "hw", "api", "daemon", "gc_pause"},
 }
 
 PROBE = """
