@@ -153,6 +153,7 @@ def test_themisd_reads_the_tree_and_the_apps_carry_their_accounts(
         assert apps[f"{ALICE}/train"][1] == pytest.approx(4 / 3)
         assert apps[f"{BOB}/eval"][1] == pytest.approx(4.0)
         assert {j["account"] for j in (cluster.job(a), cluster.job(b))} == {GOLD, SILVER}
+        _shown(d, cluster, {GOLD: 0.75, SILVER: 0.25})
 
         # the tree changes while the jobs run: silver 3 shares, as many as gold
         _sacctmgr(cluster, "modify", "account", SILVER, "set", "Fairshare=3")
@@ -164,8 +165,31 @@ def test_themisd_reads_the_tree_and_the_apps_carry_their_accounts(
         )
         assert _apps(d)[f"{ALICE}/train"][1] == pytest.approx(2.0)
         assert "applies from the next round, the apps' clocks keep their history" in d.log.read_text()
+        _shown(d, cluster, {GOLD: 0.5, SILVER: 0.5})
     finally:
         d.stop()
+
+
+def _shown(d: e2e.Themisd, cluster: Cluster, shares: dict[str, float]) -> None:
+    """Issue 33 item 5: what `themis apps` shows, from the state database themisd wrote (the API's views in
+    database mode, as root): the tree in force without a Slurm call, each account and user with its share."""
+    from themis_slurm.api.server import build_app
+
+    api = build_app(d.config.parent / "state" / "themis.db", cluster.env["SLURM_CONF"], snapshot=lambda: None,
+                    decoder=lambda cred: 0, names=lambda uid: "root")
+
+    def tenants() -> dict[tuple[str, str | None], float] | None:
+        status, doc = api.handle("/v1/apps", "", "MUNGE root")
+        assert status == 200, doc
+        got = {(t["account"], t["user"]): t["share"] for t in doc["tenancy"]["tenants"]}
+        want = {**{(a, None): f for a, f in shares.items()}, (GOLD, ALICE): shares[GOLD], (SILVER, BOB): shares[SILVER]}
+        return got if got == pytest.approx(want) else None
+
+    _wait_for(f"the API does not show the accounts' shares {shares}", tenants, 20, d.log)
+    _, doc = api.handle("/v1/apps", "", "MUNGE root")
+    assert doc["tenancy"]["levels"] == ["account", "user", "app"] and TREE_LINE.match(f"tenancy: {doc['tenancy']['line']}")
+    assert {a["app"]: (a["account"], a["tenant"]["user"]) for a in doc["apps"]} == {
+        f"{ALICE}/train": (GOLD, ALICE), f"{BOB}/eval": (SILVER, BOB)}
 
 
 def test_gpu_time_follows_the_accounts_shares(accounts: Cluster, daemon_dir: Path) -> None:
