@@ -21,7 +21,8 @@
 # DIR/dev/nvidiaK (major 195, like the real driver: gres/gpu drops GPUs without a device file). Each node is
 # two NVLink islands of G/2 GPUs (gres.conf Links=2 inside an island, 0 across) on two sockets of 8 cores
 # (gres.conf Cores=). Nodes are spread over R racks (default 2) under one spine switch (topology.conf).
-# Nodes advertise 16 CPUs and 16 GiB whatever the machine has (SlurmdParameters=config_overrides).
+# Nodes advertise 16 CPUs and 16 GiB whatever the machine has (SlurmdParameters=config_overrides); both are
+# consumed (CR_Core_Memory, DefMemPerCPU=1024). Node features: the node's GPU type, plus `ib` on node2, node4, ...
 #
 # Partitions: `gpu` (Default=YES, all nodes, managed by Themis through job_submit.lua) and `debug`
 # (all nodes, NOT managed: Slurm schedules it alone). The job_submit.lua and its config are copied from
@@ -78,7 +79,8 @@ readonly SCRIPT_DIR
 readonly CTLD_PORT=${THEMIS_CLUSTER_PORT:-26817}   # slurmd ports follow: 26818, 26819, ...
 readonly TEST_USERS=(themis-alice themis-bob)
 readonly CPUS_PER_NODE=16                          # 2 sockets x 8 cores, more than the machine has
-readonly MEM_PER_NODE=16384                        # MiB; CR_Core does not consume memory anyway
+readonly MEM_PER_NODE=16384                        # MiB, consumed (CR_Core_Memory)
+readonly DEF_MEM_PER_CPU=1024                      # MiB per CPU for jobs without --mem (16 such jobs per node)
 readonly WAIT_SECONDS=${THEMIS_CLUSTER_TIMEOUT:-60}
 
 log() { echo "cluster.sh: $*" >&2; }
@@ -424,6 +426,15 @@ node_type() {
   echo "${list[$((($2 - 1) % ${#list[@]}))]}"
 }
 
+# The features of node N (sbatch --constraint): its GPU type, and `ib` on every second node (node2, node4,
+# ...), so that a job can ask for a type and a fabric together (--constraint="h100&ib": node4 of a100,a100,h100,h100).
+node_features() {
+  local f
+  f=$(node_type "$1" "$2")
+  (($2 % 2 == 0)) && f+=",ib"
+  echo "$f"
+}
+
 write_slurm_conf() {
   local nodes=$1 gpus=$2 types=$3 i
   {
@@ -461,7 +472,9 @@ JobCompLoc=$DIR/log/jobcomp.log
 MpiDefault=none
 SchedulerType=sched/backfill
 SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
+# CPUs and memory are consumed as on a production GPU cluster: a job without --mem gets DefMemPerCPU
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=$DEF_MEM_PER_CPU
 GresTypes=gpu
 TopologyPlugin=topology/tree
 # Themis: managed jobs are held at submit by job_submit.lua (next to this file) and released by the daemon.
@@ -477,7 +490,7 @@ SlurmdTimeout=60
 MessageTimeout=10
 EOF
     for ((i = 1; i <= nodes; i++)); do
-      echo "NodeName=node$i NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((CTLD_PORT + i)) CPUs=$CPUS_PER_NODE Boards=1 SocketsPerBoard=2 CoresPerSocket=8 ThreadsPerCore=1 RealMemory=$MEM_PER_NODE Gres=gpu:$(node_type "$types" "$i"):$gpus State=UNKNOWN"
+      echo "NodeName=node$i NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((CTLD_PORT + i)) CPUs=$CPUS_PER_NODE Boards=1 SocketsPerBoard=2 CoresPerSocket=8 ThreadsPerCore=1 RealMemory=$MEM_PER_NODE Features=$(node_features "$types" "$i") Gres=gpu:$(node_type "$types" "$i"):$gpus State=UNKNOWN"
     done
     echo "PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
     echo "PartitionName=debug Nodes=ALL MaxTime=INFINITE State=UP"

@@ -42,6 +42,7 @@ from themis_slurm.core.decision import Decision
 from themis_slurm.core.state import ClusterState
 from themis_slurm.core.tenancy import FLAT, Entity, Tenancy
 from themis_slurm.core.workload import App
+from themis_slurm.daemon import room
 from themis_slurm.daemon.config import Config
 from themis_slurm.daemon.estimates import done_and_work, present_by_user, submitted
 from themis_slurm.daemon.metrics import Metrics, tenant_members
@@ -80,6 +81,8 @@ HISTORY_KEPT = 200
 # yet, a scheduling pass had not run, it was held again): no reason to keep it out of the next rounds.
 #: Rounds run again at most this often when grants pass a Slurm limit together (_within_limits).
 LIMIT_RERUNS = 3
+#: Rounds run again at most this often when grants do not fit the CPUs or memory of their nodes (_within_room).
+ROOM_RERUNS = 3
 
 NOT_THE_JOBS_FAULT = frozenset({"", "None", "Priority", "Resources", "JobHeldUser", "JobHeldAdmin",
                                 "BeginTime", "job_requeued_in_held_state"})
@@ -476,9 +479,13 @@ class Daemon:
         t0 = self.perf()
         try:
             with collector_paused():  # themis_slurm/gc_pause.py: the round's garbage goes by reference counting
-                decision = run_round(inp.state, cfg.scheduler.arbiter())
-                inp, decision = self._within_limits(inp, decision, rows,
-                                                    lambda state: run_round(state, cfg.scheduler.arbiter()))
+                def rerun(state: ClusterState) -> Decision:
+                    return run_round(state, cfg.scheduler.arbiter())
+
+                inp = self._narrowed_to_room(inp, rows)
+                inp, decision = self._within_limits(inp, rerun(inp.state), rows, rerun)
+                inp, decision = self._within_room(inp, decision, rows,
+                                                  lambda i: self._within_limits(i, rerun(i.state), rows, rerun))
         except Exception:
             log.exception("arbiter round failed (trigger: %s); state kept, retried next cycle", trigger)
             return {}
@@ -580,6 +587,42 @@ class Daemon:
                 decision = replace(decision, grants=tuple(g for g in decision.grants if g.job_id not in over))
             else:
                 decision = rerun(inp.state)
+        return inp, decision
+
+    def _narrowed_to_room(self, inp: RoundInput, rows: Mapping[str, JobRow]) -> RoundInput:
+        """The round's input with each waiting job that needs CPUs or memory allowed only where they could be
+        free (daemon/room.py)."""
+        snap = self.last_snapshot
+        if snap is None or not snap.room:
+            return inp
+        state, cut = room.narrowed(inp.state, snap, rows, inp.waiting, inp.expired)
+        for jid, nodes in sorted(cut.items()):
+            log.debug("room: job %s may go to %s only (CPUs/memory free)", jid, ",".join(sorted(nodes)) or "no node")
+        return replace(inp, state=state) if cut else inp
+
+    def _within_room(self, inp: RoundInput, decision: Decision, rows: Mapping[str, JobRow],
+                     rerun: Callable[[RoundInput], tuple[RoundInput, Decision]]) -> tuple[RoundInput, Decision]:
+        """The round's grants checked against the CPUs and memory of their nodes (daemon/room.py): a grant
+        that does not fit is moved to GPUs of the same placement level on nodes that have the room, else the
+        round runs again with that job cut to those nodes (at most `ROOM_RERUNS` times, then such grants are
+        dropped and their GPUs wait for the next round)."""
+        snap = self.last_snapshot
+        if snap is None or not snap.room:
+            return inp, decision
+        for k in range(ROOM_RERUNS + 1):
+            checked = room.check(decision, inp.state, snap, rows)
+            for jid, (old, new) in sorted(checked.moved.items()):
+                log.info("room: job %s moved from %s to %s: its CPUs/memory do not fit there with this round's "
+                         "other grants", jid, _nodes(snap.topology.nodes_of(old)), _nodes(snap.topology.nodes_of(new)))
+            decision = checked.decision
+            if not checked.short:
+                break
+            for jid, nodes in sorted(checked.short.items()):
+                log.info("room: job %s not granted where the round placed it: its CPUs/memory do not fit there; "
+                         "it fits on %s", jid, ",".join(sorted(nodes)) or "no node now")
+            if k == ROOM_RERUNS:
+                break  # the short grants were left out of checked.decision
+            inp, decision = rerun(replace(inp, state=room.cut_to(inp.state, checked.short)))
         return inp, decision
 
     def _log_decision(self, d: Decision, trigger: str, latency: float, mode: str, knob: float) -> None:

@@ -63,6 +63,18 @@ class ManagedJob:
     #: Slurm requeued it and it is still leaving its nodes (COMPLETING): pending again in a moment, not held
     #: unless whoever requeued it held it (snapshot.requeued_while_completing)
     requeued: bool = False
+    #: CPUs and MiB of memory it needs on each node it runs on (slurm/resources.py; 0: none known)
+    cpus_per_node: int = 0
+    mem_per_node: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRoom:
+    """What a node has free for new jobs now, as Slurm counts it: CPUs, and MiB of memory where memory is a
+    consumable resource (None where it is not: SelectTypeParameters without MEMORY, or not reported)."""
+
+    cpus: int | None
+    mem: int | None
 
 
 @dataclass(frozen=True)
@@ -87,6 +99,9 @@ class Snapshot:
     finished_times: Mapping[str, tuple[float | None, float | None]] = field(default_factory=dict)
     #: QOS and association limits with their use as Slurm counts it (slurm/limits.py); None: not read
     limits: LimitView | None = None
+    #: managed node -> its free CPUs and memory (Slurm's totals minus what its jobs hold): what a grant
+    #: must fit in besides GPUs (daemon/room.py). Empty: not known (nothing is checked)
+    room: Mapping[str, NodeRoom] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from themis_slurm.slurm.records import (
     normalise_job_state,
     normalise_node_state,
 )
+from themis_slurm.slurm.resources import per_gpu, per_node_needs
 
 
 def load_json(doc: str | bytes | Mapping[str, Any], source: str) -> Mapping[str, Any]:
@@ -121,6 +122,15 @@ def job_from_json(job: Mapping[str, Any], source: str = "squeue --json") -> Slur
     )
     gtype = gpu_type((per_node_req, per_job_req, req_tres), held_types)
     time_limit_min = number(job.get("time_limit"))
+    try:
+        cpus_node, mem_node = per_node_needs(
+            nodes=num_nodes, gpus_per_node=gpus_per_node, gpus_total=gpus_total, cpus=number(job.get("cpus")),
+            min_cpus_per_node=number(job.get("minimum_cpus_per_node")),
+            cpus_per_gpu=per_gpu(text(job.get("cpus_per_tres"))), mem_per_node=number(job.get("memory_per_node")),
+            mem_per_cpu=number(job.get("memory_per_cpu")), mem_per_gpu=per_gpu(text(job.get("memory_per_tres"))),
+            req_tres=text(job.get("tres_req_str")))
+    except ValueError as exc:
+        raise SlurmOutputError(source, where, str(exc)) from None
     return SlurmJob(
         job_id=job_id,
         array_job_id=array_job,
@@ -159,6 +169,9 @@ def job_from_json(job: Mapping[str, Any], source: str = "squeue --json") -> Slur
         array_max_tasks=number(job.get("array_max_tasks")) or None,
         account=text(job.get("account")),
         qos=text(job.get("qos")),
+        cpus_per_node=cpus_node,
+        mem_per_node=mem_node,
+        constraint=text(job.get("features")),
     )
 
 
@@ -216,7 +229,16 @@ def node_from_json(node: Mapping[str, Any], source: str = "sinfo --json") -> Slu
         partitions=tuple(words(node.get("partitions"))),
         reason=text(node.get("reason")),
         cpus=number(node.get("cpus")),
+        cpus_alloc=number(node.get("alloc_cpus")),
+        memory=number(node.get("real_memory")),
+        memory_alloc=number(node.get("alloc_memory")),
+        features=feature_set(node.get("active_features")),
     )
+
+
+def feature_set(value: Any) -> frozenset[str]:
+    """Node features in any shape (22.05 ``"a100,ib"``, 25.11 ``["a100", "ib"]``) as a set of names."""
+    return frozenset(f.strip() for w in words(value) for f in w.split(",") if f.strip())
 
 
 def _nodes_from_sinfo_groups(groups: list[Any]) -> list[SlurmNode]:
@@ -234,6 +256,9 @@ def _nodes_from_sinfo_groups(groups: list[Any]) -> list[SlurmNode]:
         reason = g.get("reason")
         reason_text = text(reason.get("description")) if isinstance(reason, Mapping) else text(reason)
         cpus = g.get("cpus")
+        memory = g.get("memory")
+        feats = g.get("features")
+        one = len(names) == 1  # a group's allocated CPUs and memory are one node's only when it has one node
         for n in names:
             where = f"node {n}"
             base, states = normalise_node_state(words(node_obj.get("state")))
@@ -245,6 +270,10 @@ def _nodes_from_sinfo_groups(groups: list[Any]) -> list[SlurmNode]:
                 name=n, state=base, states=states, available=node_available(states), gpus=gpus,
                 gpu_indices_used=used_idx, gpus_used=used_n, partitions=tuple(dict.fromkeys(parts)),
                 reason=reason_text,
-                cpus=number(cpus.get("total")) if isinstance(cpus, Mapping) else number(cpus),
+                cpus=number(cpus.get("minimum")) if isinstance(cpus, Mapping) else number(cpus),
+                cpus_alloc=number(cpus.get("allocated")) if one and isinstance(cpus, Mapping) else None,
+                memory=number(memory.get("minimum")) if isinstance(memory, Mapping) else None,
+                memory_alloc=number(memory.get("allocated")) if one and isinstance(memory, Mapping) else None,
+                features=feature_set(feats.get("active") if isinstance(feats, Mapping) else feats),
             )
     return list(out.values())

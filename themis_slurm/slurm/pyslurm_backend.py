@@ -80,7 +80,7 @@ from themis_slurm.slurm.errors import SlurmOutputError
 from themis_slurm.slurm.gres import gpu_indices, gpu_items, gpu_type, tres_gpus
 from themis_slurm.slurm.model import AdapterConfig, ManagedJob, Snapshot
 from themis_slurm.slurm.openapi import flag, number, text, time_epoch, words
-from themis_slurm.slurm.parse import load_json
+from themis_slurm.slurm.parse import feature_set, load_json
 from themis_slurm.slurm.records import (
     JOB_ACTIVE_STATES,
     NodeGpus,
@@ -92,6 +92,7 @@ from themis_slurm.slurm.records import (
     normalise_job_state,
     normalise_node_state,
 )
+from themis_slurm.slurm.resources import per_node_needs
 from themis_slurm.slurm.runner import Runner, SlurmCommandError, SubprocessRunner
 from themis_slurm.slurm.snapshot import SQUEUE, SnapshotReader, build_snapshot, is_managed
 
@@ -143,6 +144,17 @@ def tres_text(tres: Any) -> str:
     as a TRES string (``gres/gpu=4,gres/gpu:a100=4``) for `gres.tres_gpus`; None -> ``""``."""
     gres = getattr(tres, "gres", None) or {}
     return ",".join(f"gres/{name}={getattr(g, 'count', g)}" for name, g in gres.items())
+
+
+def request_text(tres: Any) -> str:
+    """The CPUs and memory of a pyslurm ``TrackableResources`` (``.cpu`` / ``.mem``, each with ``.count``;
+    memory in MiB) as the TRES string squeue prints (``cpu=12,mem=12288M``); None -> ``""``."""
+    parts = []
+    for key, attr, unit in (("cpu", "cpu", ""), ("mem", "mem", "M")):
+        count = number(getattr(getattr(tres, attr, None), "count", None))
+        if count is not None:
+            parts.append(f"{key}={count}{unit}")
+    return ",".join(parts)
 
 
 def _layout_gres_text(gres: Mapping[str, Any]) -> str:
@@ -224,6 +236,17 @@ def job_from_pyslurm(job: Any, tres_per_job: str = "") -> SlurmJob:
     )
     gtype = gpu_type((per_node_req, per_job_req, req_tres), held_types)
     time_limit_min = number(job.time_limit)
+    try:  # pyslurm 25.11 shows neither --cpus-per-gpu nor --mem-per-gpu: `cpus` and the request cover them
+        cpus_node, mem_node = per_node_needs(
+            nodes=num_nodes, gpus_per_node=gpus_per_node, gpus_total=gpus_total,
+            cpus=number(getattr(job, "cpus", None)), min_cpus_per_node=number(getattr(job, "min_cpus_per_node", None)),
+            cpus_per_gpu=number(getattr(job, "cpus_per_gpu", None)),
+            mem_per_node=number(getattr(job, "memory_per_node", None)),
+            mem_per_cpu=number(getattr(job, "memory_per_cpu", None)),
+            mem_per_gpu=number(getattr(job, "memory_per_gpu", None)),
+            req_tres=request_text(job.requested_tres))
+    except ValueError as exc:
+        raise SlurmOutputError(SOURCE, where, str(exc)) from None
     return SlurmJob(
         job_id=job_id,
         array_job_id=array_job,
@@ -262,6 +285,9 @@ def job_from_pyslurm(job: Any, tres_per_job: str = "") -> SlurmJob:
         array_max_tasks=max_tasks,
         account=text(job.account),
         qos=text(job.qos),
+        cpus_per_node=cpus_node,
+        mem_per_node=mem_node,
+        constraint=text(getattr(job, "constraints", None)),
     )
 
 
@@ -319,6 +345,10 @@ def node_from_pyslurm(node: Any, used: Iterable[int] = (), unknown: int = 0) -> 
         partitions=tuple(words(node.partitions)),
         reason=text(node.reason),
         cpus=number(node.total_cpus),
+        cpus_alloc=number(getattr(node, "allocated_cpus", None)),
+        memory=number(getattr(node, "real_memory", None)),
+        memory_alloc=number(getattr(node, "allocated_memory", None)),
+        features=feature_set(getattr(node, "active_features", None)),
     )
 
 
@@ -435,7 +465,8 @@ class PyslurmBackend:
         return build_snapshot(jobs, nodes, topo, self.config, now,
                               slurm_calls=stats.total_calls - calls0,
                               latency_s=sum(stats.seconds.values()) - secs0,
-                              warnings=[*topo_warnings, *warnings], reservations=reservations, limits=limits)
+                              warnings=[*topo_warnings, *warnings], reservations=reservations, limits=limits,
+                              memory_consumed=self.reader.memory_consumed)
 
     # ------------------------------------------------------------------------------------- actions
     @staticmethod

@@ -87,6 +87,10 @@ class SlurmJob:
     array_max_tasks: int | None = None  # the array's %N throttle (None: no throttle)
     account: str = ""  # the Slurm account it runs under ("": none shown, as without accounting)
     qos: str = ""  # its QOS ("": none shown): which QOS limits it counts towards (slurm/limits.py)
+    #: CPUs and MiB of memory it needs on each of its nodes (slurm/resources.per_node_needs; 0: unknown)
+    cpus_per_node: int = 0
+    mem_per_node: int = 0
+    constraint: str = ""  # its --constraint as Slurm prints it ("h100&ib"), "" without one
 
     @property
     def is_array_task(self) -> bool:
@@ -134,6 +138,10 @@ class SlurmNode:
     partitions: tuple[str, ...]
     reason: str = ""
     cpus: int | None = None
+    cpus_alloc: int | None = None  # CPUs allocated to jobs now (None: not reported)
+    memory: int | None = None  # RealMemory, MiB
+    memory_alloc: int | None = None  # memory allocated to jobs now, MiB (0 where memory is not consumed)
+    features: frozenset[str] = frozenset()  # active features (what --constraint is matched against)
 
     @property
     def gpu_count(self) -> int:

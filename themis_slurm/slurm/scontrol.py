@@ -30,6 +30,7 @@ from themis_slurm.slurm.records import (
     normalise_job_state,
     normalise_node_state,
 )
+from themis_slurm.slurm.resources import mebibytes, per_gpu, per_node_needs
 
 FREE_TEXT_KEYS = frozenset({
     "JobName", "Comment", "AdminComment", "SystemComment", "Command", "WorkDir", "StdErr", "StdIn",
@@ -47,7 +48,7 @@ OverSubscribe Contiguous Licenses Network Command WorkDir Comment AdminComment S
 StdOut Power TresPerNode TresPerJob TresPerSocket TresPerTask CpusPerTres MemPerTres TresBind TresFreq
 MailUser MailType Reservation PreemptEligibleTime PreemptTime Container ContainerID ResvPorts
 NtasksPerTRES KillOInInvalidDependent Shared Prefer ClusterFeatures Gres CPUFreq/Gov CpuFreqMin
-CpuFreqMax CpuFreqGov SelinuxContext Extra SegmentSize
+CpuFreqMax CpuFreqGov SelinuxContext Extra SegmentSize MinMemoryTRES
 SLUID SubmitLine ReqTRES LicensesAlloc
 NodeName Arch CoresPerSocket CPUAlloc CPUEfctv CPUTot CPULoad AvailableFeatures ActiveFeatures GresDrain
 GresUsed NodeAddr NodeHostName Port Version OS RealMemory AllocMem FreeMem Sockets Boards State
@@ -176,6 +177,11 @@ def job_from_kv(pairs: list[tuple[str, str]]) -> SlurmJob:
                                        per_job=per_job.count,
                                        alloc=(job_gres.count or tres.count) if started else 0,
                                        req=tres.count, held=indices)
+        cpus_node, mem_node = per_node_needs(
+            nodes=num_nodes, gpus_per_node=per, gpus_total=total, cpus=_int(d, "NumCPUs"),
+            min_cpus_per_node=_int(d, "MinCPUsNode"), cpus_per_gpu=per_gpu(_val(d, "CpusPerTres")),
+            mem_per_node=mebibytes(_val(d, "MinMemoryNode")), mem_per_cpu=mebibytes(_val(d, "MinMemoryCPU")),
+            mem_per_gpu=per_gpu(_val(d, "MemPerTres")), req_tres=_val(d, "ReqTRES") or _val(d, "TRES"))
         user, uid = _user(_val(d, "UserId"))
         array_job = _int(d, "ArrayJobId")
         task = _val(d, "ArrayTaskId")
@@ -218,6 +224,9 @@ def job_from_kv(pairs: list[tuple[str, str]]) -> SlurmJob:
             array_max_tasks=_int(d, "ArrayTaskThrottle") or None,
             account=_val(d, "Account"),
             qos=_val(d, "QOS"),
+            cpus_per_node=cpus_node,
+            mem_per_node=mem_node,
+            constraint=_val(d, "Features"),
         )
     except ValueError as exc:
         raise SlurmOutputError("scontrol show job", where, str(exc)) from None
@@ -246,6 +255,10 @@ def node_from_kv(pairs: list[tuple[str, str]]) -> SlurmNode:
         partitions=tuple(p for p in _val(d, "Partitions").split(",") if p),
         reason=_val(d, "Reason"),
         cpus=_int(d, "CPUTot"),
+        cpus_alloc=_int(d, "CPUAlloc"),
+        memory=_int(d, "RealMemory"),
+        memory_alloc=_int(d, "AllocMem"),
+        features=frozenset(f for f in _val(d, "ActiveFeatures").split(",") if f),
     )
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from themis_slurm.core.topology import Topology
-from themis_slurm.slurm import hostlist
+from themis_slurm.slurm import constraints, hostlist
 from themis_slurm.slurm.eligibility import blocked_reason
 from themis_slurm.slurm.errors import ConfigError, SlurmOutputError
 from themis_slurm.slurm.gres_conf import GresConf, parse_gres_conf
@@ -39,7 +39,7 @@ from themis_slurm.slurm.limits import (
     needs_limits,
     sacctmgr_assoc,
 )
-from themis_slurm.slurm.model import AdapterConfig, ManagedJob, Snapshot
+from themis_slurm.slurm.model import AdapterConfig, ManagedJob, NodeRoom, Snapshot
 from themis_slurm.slurm.options import is_record, parse_progress, parse_record
 from themis_slurm.slurm.parse import job_from_json, load_json, node_from_json
 from themis_slurm.slurm.ranges import parse_int_list
@@ -50,6 +50,7 @@ from themis_slurm.slurm.reservations import (
     ReservationReader,
     reserved_for,
 )
+from themis_slurm.slurm.resources import memory_text
 from themis_slurm.slurm.runner import Runner, SlurmCommandError
 from themis_slurm.slurm.scontrol import parse_scontrol_nodes
 from themis_slurm.slurm.topology_conf import SwitchTree, parse_topology_conf
@@ -184,8 +185,10 @@ def placement_limits(job: SlurmJob, user_nodes: Sequence[str], topo: Topology,
     What Slurm checks that Themis can see on a held job: the job's partitions, its GPU type (a typed
     request fits nodes with that type; an untyped one any type), the owner's -w list (from the record:
     Themis's pin replaces ReqNodeList) and -x list. A node with GPUs of several types counts whole.
-    Without node records (`nodes` empty) nothing is narrowed. CPUs, memory and features are left to
-    Slurm's own check after release (a refused release is learned: daemon/loop.py).
+    Without node records (`nodes` empty) nothing is narrowed. Also the job's feature constraint
+    (slurm/constraints.py: one Themis cannot evaluate exactly narrows nothing and is left to Slurm) and the
+    nodes too small for its CPUs or memory per node even when empty; what is free on a node changes every
+    cycle and is checked when a round grants (daemon/room.py).
     """
     cand = set(topo.node_gpus)
     why: list[str] = []
@@ -206,6 +209,24 @@ def placement_limits(job: SlurmJob, user_nodes: Sequence[str], topo: Topology,
     if job.excluded_nodes and cand & set(job.excluded_nodes):
         cand -= set(job.excluded_nodes)
         why.append(f"excluded nodes (-x {hostlist.fold(list(job.excluded_nodes))})")
+    if nodes and job.constraint:
+        try:
+            ok = constraints.matching(job.constraint, {n: nodes[n].features for n in cand if n in nodes}, cand)
+        except ValueError:
+            ok = None  # Slurm accepted it at submit; what it means is Slurm's to decide
+        if ok is not None and ok != cand:
+            cand = set(ok)
+            why.append(f"features {job.constraint}")
+    if nodes and job.cpus_per_node:
+        big = {n for n in cand if n in nodes and (nodes[n].cpus is None or nodes[n].cpus >= job.cpus_per_node)}
+        if big != cand:
+            cand = big
+            why.append(f"{job.cpus_per_node} CPUs per node")
+    if nodes and job.mem_per_node:
+        big = {n for n in cand if n in nodes and (nodes[n].memory is None or nodes[n].memory >= job.mem_per_node)}
+        if big != cand:
+            cand = big
+            why.append(f"{memory_text(job.mem_per_node)} of memory per node")
     if not why:
         return None, ""
     return frozenset(cand), ", ".join(why)
@@ -316,6 +337,8 @@ def managed_jobs_of(job: SlurmJob, topo: Topology, warnings: list[str], now: flo
             account=job.account,
             qos=job.qos,
             requeued=requeued_while_completing(job, now),
+            cpus_per_node=job.cpus_per_node,
+            mem_per_node=job.mem_per_node,
         )
         for task in tasks
     ]
@@ -324,11 +347,12 @@ def managed_jobs_of(job: SlurmJob, topo: Topology, warnings: list[str], now: flo
 def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], topo: Topology,
                    config: AdapterConfig, now: float, slurm_calls: int = 0, latency_s: float = 0.0,
                    warnings: Iterable[str] = (), reservations: Sequence[Reservation] = (),
-                   limits: Limits | None = None) -> Snapshot:
+                   limits: Limits | None = None, memory_consumed: bool = False) -> Snapshot:
     """Combine parsed jobs and nodes with the topology into the daemon's view (pure).
 
     ``limits`` (enforced QOS and association limits) are counted over every job Slurm lists, managed or
-    not (slurm/limits.py), and make the snapshot's `LimitView`.
+    not (slurm/limits.py), and make the snapshot's `LimitView`. ``memory_consumed``: Slurm allocates
+    memory (SelectTypeParameters with MEMORY), so a node's free memory is part of its `room`.
     """
     warns = list(warnings)
     view = None
@@ -375,6 +399,7 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], topo: T
             unavailable.update(g for g in ids if g not in used)
     all_ids = set(range(topo.size))
     free = all_ids - used - unavailable
+    room = {name: node_room(seen[name], memory_consumed) for name in topo.node_gpus if name in seen}
     return Snapshot(
         time=now,
         topology=topo,
@@ -389,7 +414,26 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], topo: T
         finished=finished,
         finished_times=finished_times,
         limits=view,
+        room=room,
     )
+
+
+def node_room(node: SlurmNode, memory_consumed: bool) -> NodeRoom:
+    """A node's free CPUs (and memory, where it is consumed) as Slurm counts them; None where not reported."""
+    cpus = None if node.cpus is None or node.cpus_alloc is None else max(0, node.cpus - node.cpus_alloc)
+    mem = None
+    if memory_consumed and node.memory is not None and node.memory_alloc is not None:
+        mem = max(0, node.memory - node.memory_alloc)
+    return NodeRoom(cpus, mem)
+
+
+def memory_consumed(config: str) -> bool:
+    """Whether ``scontrol show config`` says Slurm allocates memory (SelectTypeParameters CR_*_MEMORY)."""
+    for line in config.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "SelectTypeParameters":
+            return "MEMORY" in value.upper()
+    return False
 
 
 # ------------------------------------------------------------------------------------ reading Slurm
@@ -434,6 +478,7 @@ class SnapshotReader:
         self._node_source: str | None = None  # "sinfo", "scontrol-json" or "scontrol", found on first read
         self._reservations = ReservationReader()
         self._limits = LimitReader()
+        self.memory_consumed = False  # SelectTypeParameters allocates memory: read with the limits' config
 
     def reservations(self, now: float, warnings: list[str]) -> Sequence[Reservation]:
         """The reservations, read again when `READ_EVERY_S` has passed (reservations.py)."""
@@ -453,6 +498,7 @@ class SnapshotReader:
         if r.due(now):
             try:
                 config = self.runner.run(SCONTROL_CONFIG, self.config.timeout_s)
+                self.memory_consumed = memory_consumed(config)
                 enforced, cluster = needs_limits(config)
                 if enforced:
                     qos = self.runner.run(SACCTMGR_QOS, self.config.timeout_s)
@@ -551,7 +597,8 @@ class SnapshotReader:
         return build_snapshot(jobs, nodes, topo, self.config, now,
                               slurm_calls=stats.total_calls - calls0,
                               latency_s=sum(stats.seconds.values()) - secs0,
-                              warnings=[*topo_warnings, *warnings], reservations=reservations, limits=limits)
+                              warnings=[*topo_warnings, *warnings], reservations=reservations, limits=limits,
+                              memory_consumed=self.memory_consumed)
 
 
 def _nodes_with_gres_used(doc: Mapping[str, Any]) -> list[SlurmNode] | None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from themis_slurm.core.topology import Topology
 from themis_slurm.slurm.actions import check_still_requeueable
 from themis_slurm.slurm.limits import Limits, LimitView, count_usage
-from themis_slurm.slurm.model import ManagedJob, Snapshot
+from themis_slurm.slurm.model import ManagedJob, NodeRoom, Snapshot
 
 
 class SlurmError(RuntimeError):
@@ -59,6 +59,8 @@ class FakeJob:
     allowed_nodes: frozenset[str] | None = None  # where Slurm would start it (its type, -w, -x): else refused
     account: str = ""  # the Slurm account it runs under (-A)
     qos: str = "normal"  # its QOS (with `account`: the limits of FakeSlurm.limits it counts towards)
+    cpus_per_node: int = 0  # CPUs and MiB of memory it takes on each of its nodes (FakeSlurm.node_cpus/mem)
+    mem_per_node: int = 0
 
     @property
     def slurm_id(self) -> int:
@@ -90,6 +92,10 @@ class FakeSlurm:
         #: QOS/association limits Slurm enforces (slurm/limits.py): a released job over one stays pending
         #: with the limit's reason, and snapshots carry them as the CLI backend reads them
         self.limits: Limits | None = None
+        #: CPUs and MiB of memory per node (empty: not modelled): a job starts only where they are free, and
+        #: snapshots carry what is free as the CLI backend reads it (Snapshot.room)
+        self.node_cpus: dict[str, int] = {}
+        self.node_mem: dict[str, int] = {}
 
     # -------------------------------------------------------------------------------- test controls
     def submit(self, user: str, app: str, gpus: int, work_s: float, **kw: object) -> str:
@@ -161,6 +167,18 @@ class FakeSlurm:
         ids = [g for g in self.topo.node_gpus.get(node, ()) if g not in used]
         return ids if self.pick == "low" else list(reversed(ids))
 
+    def _room(self, node: str) -> tuple[int | None, int | None]:
+        """Free CPUs and memory of `node` (None where not modelled)."""
+        running = [j for j in self.jobs.values() if j.state == "RUNNING" and node in j.node_gpus]
+        cpus = self.node_cpus.get(node)
+        mem = self.node_mem.get(node)
+        return (None if cpus is None else cpus - sum(j.cpus_per_node for j in running),
+                None if mem is None else mem - sum(j.mem_per_node for j in running))
+
+    def _fits(self, j: FakeJob, node: str) -> bool:
+        cpus, mem = self._room(node)
+        return (cpus is None or j.cpus_per_node <= cpus) and (mem is None or j.mem_per_node <= mem)
+
     def _run(self, j: FakeJob, node_gpus: Mapping[str, int]) -> None:
         ids: set[int] = set()
         for node, n in node_gpus.items():
@@ -197,7 +215,8 @@ class FakeSlurm:
                 continue  # JobArrayTaskLimit
             if j.required_nodes:
                 per = self._pinned_counts(j)
-                if per and all(node not in self.down and len(self._free_on(node)) >= n for node, n in per.items()):
+                if per and all(node not in self.down and len(self._free_on(node)) >= n and self._fits(j, node)
+                               for node, n in per.items()):
                     self._run(j, per)
                 continue
             plan = self._first_fit(j)
@@ -214,7 +233,7 @@ class FakeSlurm:
         left, plan = j.gpus, {}
         per_node = j.gpus_per_node or j.gpus
         for node in self.topo.nodes:
-            if node in self.down:
+            if node in self.down or not self._fits(j, node):
                 continue
             n = min(len(self._free_on(node)), per_node, left)
             if j.gpus_per_node and n < j.gpus_per_node:
@@ -254,7 +273,9 @@ class FakeSlurm:
         return Snapshot(time=self.now, topology=self.topo, free=free, unmanaged=used_u,
                         unavailable=down - used_m - used_u, managed=managed, slurm_calls=2,
                         managed_used=used_m, finished=dict(self.ended),
-                        finished_times=dict(self.ended_times), limits=view)  # fmt: skip
+                        finished_times=dict(self.ended_times), limits=view,
+                        room={n: NodeRoom(*self._room(n)) for n in self.topo.node_gpus
+                              if n in self.node_cpus or n in self.node_mem})  # fmt: skip
 
     def _limit_view(self) -> LimitView | None:
         if self.limits is None or not self.limits.enforced:
@@ -276,7 +297,8 @@ class FakeSlurm:
             reason="JobHeldUser" if j.held else (j.limit_reason or ""), blocked=blocked,
             array_job_id=j.array_job_id, array_task_id=j.array_task_id, array_max_tasks=j.array_max_tasks,
             allowed_nodes=j.allowed_nodes, limits="test limits" if j.allowed_nodes is not None else "",
-            account=j.account, qos=j.qos, partition="gpu",
+            account=j.account, qos=j.qos, partition="gpu", cpus_per_node=j.cpus_per_node,
+            mem_per_node=j.mem_per_node,
         )  # fmt: skip
 
     def start(self, job: ManagedJob, node_gpus: Mapping[str, int]) -> None:
