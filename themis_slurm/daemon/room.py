@@ -33,7 +33,6 @@ from themis_slurm.core.state import ClusterState
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import Job
 from themis_slurm.daemon.store import JobRow
-from themis_slurm.policies.common import shape_fit
 from themis_slurm.slurm.model import ManagedJob, Snapshot
 
 #: intents of jobs Themis placed that Slurm has not started on their planned nodes yet
@@ -114,12 +113,16 @@ def narrowed(state: ClusterState, snapshot: Snapshot, rows: Mapping[str, JobRow]
     wait = set(waiting)
     cut: dict[str, frozenset[str]] = {}
     apps = []
+    fitting: dict[tuple[int, int], frozenset[str]] = {}  # per distinct need: jobs share a few sizes
     for app in state.apps:
         new_jobs = []
         for job in app.jobs:
             cpus, mem = needs(jobs.get(job.id))
             if job.id in wait and (cpus or mem):
-                ok = frozenset(n for n in state.topology.node_gpus if n not in best or best[n].fits(cpus, mem))
+                ok = fitting.get((cpus, mem))
+                if ok is None:
+                    ok = fitting[(cpus, mem)] = frozenset(
+                        n for n in state.topology.node_gpus if n not in best or best[n].fits(cpus, mem))
                 allowed = ok if job.allowed_nodes is None else job.allowed_nodes & ok
                 if job.allowed_nodes is None and len(ok) == len(state.topology.node_gpus):
                     new_jobs.append(job)
@@ -149,6 +152,14 @@ def _fits_on(room: Mapping[str, Room], nodes: Iterable[str], cpus: int, mem: int
     return all(n not in room or room[n].fits(cpus, mem) for n in nodes)
 
 
+def _place(job: Job, gpus: int, pool: Pool, within: list[str]) -> frozenset[int] | None:
+    """The tightest free placement of `job`'s gang of `gpus` (its shape, on its allowed nodes) among `within`."""
+    among = within if job.allowed_nodes is None else [n for n in within if n in job.allowed_nodes]
+    shaped = job.gpus_per_node is not None and job.nodes is not None
+    found = pool.place_among(gpus, job.gpus_per_node if shaped else None, job.nodes if shaped else None, among)
+    return found[0] if found is not None else None
+
+
 def check(decision: Decision, state: ClusterState, snapshot: Snapshot, rows: Mapping[str, JobRow]) -> Checked:
     """The round's grants against the room of their nodes, in grant order (module docstring)."""
     room = base_room(snapshot, rows)
@@ -176,7 +187,7 @@ def check(decision: Decision, state: ClusterState, snapshot: Snapshot, rows: Map
             pool = Pool(topo, state.free - granted - decision.reserved_gpus)
             index = {j.id: j for a in state.apps for j in a.jobs}
         job = index.get(g.job_id) if index is not None else None
-        found = shape_fit(job, pool, within=ok) if job is not None and ok else None
+        found = _place(job, len(g.gpus), pool, ok) if job is not None and ok else None
         if found is not None and topo.level_of(found) <= topo.level_of(g.gpus):
             pool.take(found)
             nodes = topo.nodes_of(found)
