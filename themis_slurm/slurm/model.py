@@ -51,7 +51,8 @@ class ManagedJob:
     reason: str = ""  # Slurm's state_reason (JobHeldUser, Resources, AssocGrpGRES, ...)
     blocked: str | None = None  # why Slurm would not start it if Themis released it now (None: it would)
     array_max_tasks: int | None = None  # the array's %N throttle, None without one
-    #: the managed nodes Slurm could start it on (partition, GPU type, the owner's -w and -x lists); None:
+    #: the managed nodes Slurm could start it on (partition, GPU type, the owner's -w and -x lists, features,
+    #: nodes big enough for its CPUs and memory per node); None:
     #: any managed node. `limits` says what narrowed it, for `themis explain`
     allowed_nodes: frozenset[str] | None = None
     limits: str = ""
