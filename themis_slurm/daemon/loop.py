@@ -477,6 +477,7 @@ class Daemon:
                apps: Mapping[str, AppRow], now: float) -> dict[str, object]:
         cfg = self.cfg
         t0 = self.perf()
+        signature = inp.signature  # as round_due saw it (the room check takes full nodes' GPUs out of the round)
         try:
             with collector_paused():  # themis_slurm/gc_pause.py: the round's garbage goes by reference counting
                 def rerun(state: ClusterState) -> Decision:
@@ -532,7 +533,7 @@ class Daemon:
                                         lease_expiry=r.lease_expiry, cause=r.cause, instead_of=ip.instead_of)
             for row in new_rows.values():
                 self.store.put_job(row)
-        self._last_signature = inp.signature  # only once recorded: a round the store refused runs again
+        self._last_signature = signature  # only once recorded: a round the store refused runs again
         rows.update(new_rows)
         self._quotas = {rec.tenant: rec.tenant_quota for rec in decision.apps.values() if rec.tenant}
         self._log_decision(decision, trigger, latency, mode, knob)
@@ -598,7 +599,7 @@ class Daemon:
         state, cut = room.narrowed(inp.state, snap, rows, inp.waiting, inp.expired)
         for jid, nodes in sorted(cut.items()):
             log.debug("room: job %s may go to %s only (CPUs/memory free)", jid, ",".join(sorted(nodes)) or "no node")
-        return replace(inp, state=state) if cut else inp
+        return inp if state is inp.state else replace(inp, state=state)
 
     def _within_room(self, inp: RoundInput, decision: Decision, rows: Mapping[str, JobRow],
                      rerun: Callable[[RoundInput], tuple[RoundInput, Decision]]) -> tuple[RoundInput, Decision]:

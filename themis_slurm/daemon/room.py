@@ -11,9 +11,10 @@ rounds of jobs that need neither), the daemon checks around the round, the way i
 
 * `base_room`: per node, what Slurm counts free now, minus what the jobs Themis granted or started that
   Slurm does not run yet will take on their planned nodes.
-* `narrowed` (before the round): a waiting job is allowed only on the nodes where it could fit at best, i.e.
-  with the running managed jobs whose leases are in play gone; the other nodes are cut from its allowed
-  nodes, as ``-x`` would. A job with no such node gets no grant this round.
+* `narrowed` (before the round): with the running managed jobs whose leases are in play gone, the free GPUs
+  of nodes no waiting job fits are taken out of the round, and a waiting job too big for some of the other
+  nodes is allowed only on those that could hold it, as ``-x`` would (a job with no such node gets no
+  grant this round).
 * `check` (after the round, in grant order): each grant takes its needs from the room of its nodes, on top
   of what the round's preemptions free. A grant that does not fit is moved to free GPUs on nodes that have
   the room, at the same placement level or a tighter one (the same throughput, so the round's records
@@ -99,11 +100,14 @@ def _copy(room: Mapping[str, Room]) -> dict[str, Room]:
 
 def narrowed(state: ClusterState, snapshot: Snapshot, rows: Mapping[str, JobRow], waiting: Iterable[str],
              in_play: Iterable[str]) -> tuple[ClusterState, dict[str, frozenset[str]]]:
-    """The state with each waiting job that needs CPUs or memory allowed only on the nodes that could hold
-    it (the running jobs `in_play`, whose leases expired, gone), and the narrowed jobs -> their nodes.
+    """The state as the round should see it (module docstring), and the jobs cut -> the nodes left to them.
 
-    Jobs without needs, and jobs every node could hold, are left as they are (the same objects: the round
-    of a cluster without such jobs is the same round)."""
+    With the running jobs `in_play` (leases expired) gone, a node is *full* when no waiting job fits its
+    room (smaller than the least CPUs and the least memory any waiting job needs): its free GPUs are taken
+    out of the round, so no job is cut for it. A waiting job too big for some of the other nodes is allowed
+    only on those that could hold it (full nodes stay in its set: they offer it nothing). Jobs every node
+    could hold are left as they are (the same objects: the round of a cluster where everything fits is
+    the same round, and unrestricted jobs keep the memoised placement)."""
     base = base_room(snapshot, rows)
     if not base:
         return state, {}
@@ -111,6 +115,16 @@ def narrowed(state: ClusterState, snapshot: Snapshot, rows: Mapping[str, JobRow]
     best = _copy(base)
     _freed(best, jobs, in_play)
     wait = set(waiting)
+    sizes = [needs(jobs.get(j.id)) for a in state.apps for j in a.jobs if j.id in wait]
+    if not sizes:
+        return state, {}
+    least = (min(c for c, _ in sizes), min(m for _, m in sizes))
+    full = frozenset(n for n, r in best.items() if n in state.topology.node_gpus and not r.fits(*least))
+    free = state.free
+    if full:
+        gone = frozenset(g for n in full for g in state.topology.node_gpus[n]) & free
+        free = free - gone
+    every = len(state.topology.node_gpus)
     cut: dict[str, frozenset[str]] = {}
     apps = []
     fitting: dict[tuple[int, int], frozenset[str]] = {}  # per distinct need: jobs share a few sizes
@@ -122,20 +136,18 @@ def narrowed(state: ClusterState, snapshot: Snapshot, rows: Mapping[str, JobRow]
                 ok = fitting.get((cpus, mem))
                 if ok is None:
                     ok = fitting[(cpus, mem)] = frozenset(
-                        n for n in state.topology.node_gpus if n not in best or best[n].fits(cpus, mem))
-                allowed = ok if job.allowed_nodes is None else job.allowed_nodes & ok
-                if job.allowed_nodes is None and len(ok) == len(state.topology.node_gpus):
-                    new_jobs.append(job)
-                    continue
-                if allowed != job.allowed_nodes:
-                    cut[job.id] = allowed
-                    job = replace(job, allowed_nodes=allowed)
+                        n for n in state.topology.node_gpus if n not in best or n in full or best[n].fits(cpus, mem))
+                if len(ok) < every:
+                    allowed = ok if job.allowed_nodes is None else job.allowed_nodes & ok
+                    if allowed != job.allowed_nodes:
+                        cut[job.id] = allowed
+                        job = replace(job, allowed_nodes=allowed)
             new_jobs.append(job)
         apps.append(app if all(a is b for a, b in zip(new_jobs, app.jobs, strict=True)) else
                     replace(app, jobs=tuple(new_jobs)))
-    if not cut:
+    if not cut and free is state.free:
         return state, {}
-    return replace(state, apps=tuple(apps), job_index=None), cut
+    return replace(state, apps=tuple(apps), free=free, job_index=None), cut
 
 
 @dataclass(frozen=True)

@@ -148,3 +148,28 @@ def test_a_preempted_job_frees_its_cpus_for_the_grant_on_its_gpus(four: FakeSlur
     freed = Decision(now=snap.time, grants=(onto,),
                      preemptions=(Preemption(old, "bob/b", four.jobs[old].gpu_ids, PreemptionCause.LOST),))
     assert room.check(freed, inp.state, snap, rows).decision.grants == (onto,)
+
+
+def test_a_node_no_waiting_job_fits_leaves_the_round_and_nobody_is_cut(four: FakeSlurm, tmp_path: Path) -> None:
+    """node1's CPUs are taken (15 of 16) and every waiting job needs 4 or more: its 3 free GPUs are not
+    offered, and no job's allowed nodes change (they keep the memoised placement)."""
+    four.jobs[four.add_unmanaged("node1", 1)].cpus_per_node = 15
+    for c in (4, 8):
+        four.submit("alice", "a", 1, 600.0, cpus_per_node=c)
+    snap = four.snapshot()
+    rows = {m.job_id: JobRow(m.job_id, m.slurm_id, m.app_key, "waiting", 1, 600.0, 0.0) for m in snap.managed
+            if m.user == "alice"}
+    inp = build_round(snap, rows, {}, daemon_config(tmp_path), snap.time)
+    state, cut = room.narrowed(inp.state, snap, rows, inp.waiting, inp.expired)
+    assert cut == {} and inp.state.free - state.free == frozenset(four.topo.node_gpus["node1"][1:])
+    assert all(j.allowed_nodes is None for a in state.apps for j in a.jobs)
+
+
+def test_rounds_do_not_repeat_while_nothing_changes(daemon: Daemon, four: FakeSlurm) -> None:
+    """Taking a full node's GPUs out of the round must not change the round's signature (free GPUs, waiting
+    jobs as round_due sees them), or a round would run at every cycle."""
+    for n in NODES:
+        four.jobs[four.add_unmanaged(n, 1)].cpus_per_node = 10
+    four.submit("alice", "a", 1, 600.0, cpus_per_node=8)  # fits nowhere now
+    reports = [daemon.cycle() for _ in range(4)]
+    assert [r.trigger is not None for r in reports] == [True, False, False, False]
