@@ -146,10 +146,20 @@ def reads_of(d: Themisd) -> set[int]:
 
 @pytest.fixture
 def ctld_back(cluster: Cluster) -> Iterator[set[int]]:
-    """Processes the test stopped (SIGSTOP) get SIGCONT whatever happens; the test adds their pids."""
+    """Processes the test stopped (SIGSTOP) get SIGCONT whatever happens; the test adds their pids. And
+    slurmctld answers again afterwards, whatever happened: if it does not within a minute (a restarted
+    slurmctld held stopped on a loaded machine can fail to come up), it is started again, so that the tests
+    after this one do not all fail for want of a controller."""
     stopped: set[int] = set()
     yield stopped
     _resume(stopped)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if subprocess.run(["scontrol", "ping"], env=cluster.env, capture_output=True, text=True).stdout.count("UP"):
+            return
+        time.sleep(1.0)
+    subprocess.run([str(CLUSTER_SH), "restart-ctld"], env=dict(cluster.env, THEMIS_CLUSTER_TIMEOUT="240"),
+                   capture_output=True, text=True, timeout=600)
 
 
 def _stop(pids: set[int], stopped: set[int]) -> None:
@@ -225,7 +235,9 @@ def test_preempted_jobs_get_their_whole_grace_after_a_slurmctld_outage(
         assert old, "no slurmctld found for this cluster"
         outage = subprocess.Popen(
             [str(CLUSTER_SH), "restart-ctld"],
-            env=dict(cluster.env, THEMIS_CTLD_DOWN_S="60"),
+            # held stopped while themisd's read waits, slurmctld then needs more than cluster.sh's usual minute
+            # to answer on a loaded machine
+            env=dict(cluster.env, THEMIS_CTLD_DOWN_S="60", THEMIS_CLUSTER_TIMEOUT="240"),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
