@@ -52,12 +52,13 @@ if [ "${THEMIS_SKIP_SLURM:-0}" != 1 ] && [ -x slurm_conf/cluster.sh ]; then
 fi
 
 # The whole suite on Slurm 22.05 (Debian's), and at the same time the real-cluster tests (-m slurm) again on
-# Slurm 25.11, on a second local cluster of their own (DIR /var/tmp/themis-cluster-25.11, ports from 28815;
-# their report lines say "[Slurm 25.11]"; they skip with the reason where no 25.11 is available). The two
-# passes share no cluster, munged, slurmdbd or themisd, and the Slurm tests mostly wait on Slurm, so running
-# them side by side halves the wall time on a 2-core machine. The second pass's output is printed after the
-# first's. With arguments, only the first pass runs, with those arguments; THEMIS_SLURM_VERSIONS="25.11"
-# picks passes (the first listed runs on the default cluster).
+# Slurm 25.11, on a local cluster of its own (DIR /var/tmp/themis-cluster-25.11, ports from 28815; their
+# report lines say "[Slurm 25.11]"; they skip with the reason where no 25.11 is available). The files that
+# wait longest run on one more cluster per version (DIR ...-22.05-b and ...-25.11-b, ports from 30815 and
+# 32815). The passes share no cluster, munged, slurmdbd or themisd, and the Slurm tests mostly wait on
+# Slurm, so running them side by side divides the wall time on a 2-core machine. The other passes' output
+# is printed after the first's. With arguments, only the first pass runs, with those arguments;
+# THEMIS_SLURM_VERSIONS="25.11" picks passes (the first listed runs on the default cluster).
 set +e
 rc=0
 later=()
@@ -72,26 +73,49 @@ if [[ " ${versions[0]} ${later[*]} " == *" 25.11 "* ]] \
   done
 fi
 logs=()
+# The real-cluster files that wait longest (a slurmctld outage replayed, the demo, owner requeues waiting for
+# BeginTime, ...) run on a second cluster of each version, beside the other files: the tests mostly wait on
+# Slurm, so four clusters side by side take about half the wall time of two. THEMIS_TEST_SPLIT=0: one cluster
+# per version, as before. Each pass: "VERSION DIR PORT WHAT" (WHAT: all, rest or long).
+long_files=(tests/slurm/test_reliability_e2e.py tests/slurm/test_demo.py tests/slurm/test_constraints_e2e.py
+            tests/slurm/test_calibration_e2e.py tests/slurm/test_estimate_gaming_e2e.py tests/slurm/test_spank.py)
+split=0
+if [ $# -eq 0 ] && [ "${THEMIS_SKIP_SLURM:-0}" != 1 ] && [ "${THEMIS_TEST_SPLIT:-1}" != 0 ]; then split=1; fi
+ignore=()
+for f in "${long_files[@]}"; do ignore+=("--ignore=$f"); done
+passes=()
+if [ "$split" = 1 ]; then passes+=("${versions[0]} /var/tmp/themis-cluster-${versions[0]}-b 30817 long"); fi
 port=28817
 for v in "${later[@]}"; do
-  other=/var/tmp/themis-cluster-$v
+  passes+=("$v /var/tmp/themis-cluster-$v $port $([ "$split" = 1 ] && echo rest || echo all)")
+  if [ "$split" = 1 ]; then passes+=("$v /var/tmp/themis-cluster-$v-b $((port + 4000)) long"); fi
+  port=$((port + 1000))
+done
+for pass in "${passes[@]}"; do
+  read -r v other port what <<<"$pass"
   log=$(mktemp "/tmp/themis-tests-$v.XXXXXX")
   if ! THEMIS_CLUSTER_DIR=$other THEMIS_CLUSTER_PORT=$port slurm_conf/cluster.sh status >/dev/null 2>&1; then
     stop_others+=("$other:$port")
     # up before any test runs, so that its installs never overlap the first pass; where it cannot come up,
     # its tests say why (they skip where no 25.11 is at hand, else fail)
     THEMIS_CLUSTER_DIR=$other THEMIS_CLUSTER_PORT=$port slurm_conf/cluster.sh up --slurm "$v" --types "$types" --force \
-      >"$log" 2>&1 || echo "tests/run.sh: the Slurm $v cluster did not come up (its pass says why)" >&2
+      >"$log" 2>&1 || echo "tests/run.sh: the Slurm $v cluster in $other did not come up (its pass says why)" >&2
   fi
+  case $what in
+    long) files=("${long_files[@]}") ;;
+    rest) files=(tests/slurm "${ignore[@]}") ;;
+    *) files=(tests/slurm) ;;
+  esac
   (
     export THEMIS_CLUSTER_DIR=$other THEMIS_CLUSTER_PORT=$port THEMIS_SLURM_VERSION=$v
-    echo "== Slurm $v: the real-cluster tests again (cluster $other) =="
+    echo "== Slurm $v: real-cluster tests ($what; cluster $other) =="
     # separate pytest cache and temp folders: the first pass runs meanwhile
-    exec "$venv/bin/python" -m pytest -m slurm tests/slurm -p no:cacheprovider --basetemp="/tmp/pytest-themis-$v"
+    exec "$venv/bin/python" -m pytest -m slurm "${files[@]}" -p no:cacheprovider \
+      --basetemp="/tmp/pytest-themis-$v-$what"
   ) >>"$log" 2>&1 &
   pids+=($!) logs+=("$log")
-  port=$((port + 1000))
 done
+if [ "$split" = 1 ]; then set -- "${ignore[@]}"; fi
 THEMIS_SLURM_VERSION=${versions[0]} "$venv/bin/python" -m pytest "$@"
 rc=$?
 for i in "${!pids[@]}"; do
