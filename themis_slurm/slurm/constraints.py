@@ -15,7 +15,7 @@ small grammar does not.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 _TOKEN = re.compile(r"\s*(?:([&|()])|([A-Za-z0-9_.:+\-]+))")
@@ -69,24 +69,25 @@ def parse(text: str) -> Expr | None:
     return expr
 
 
-def _or(tokens: list[str], i: int, text: str) -> tuple[Expr, int]:
+def _joined(tokens: list[str], i: int, text: str, sep: str,
+            part: Callable[[list[str], int, str], tuple[Expr, int]],
+            node: Callable[[tuple[Expr, ...]], Expr]) -> tuple[Expr, int]:
+    """One or more `part`s separated by `sep`, as `node` of them (the part alone when there is one)."""
     terms = []
-    term, i = _and(tokens, i, text)
+    term, i = part(tokens, i, text)
     terms.append(term)
-    while i < len(tokens) and tokens[i] == "|":
-        term, i = _and(tokens, i + 1, text)
+    while i < len(tokens) and tokens[i] == sep:
+        term, i = part(tokens, i + 1, text)
         terms.append(term)
-    return (terms[0] if len(terms) == 1 else Any_(tuple(terms))), i
+    return (terms[0] if len(terms) == 1 else node(tuple(terms))), i
+
+
+def _or(tokens: list[str], i: int, text: str) -> tuple[Expr, int]:
+    return _joined(tokens, i, text, "|", _and, Any_)
 
 
 def _and(tokens: list[str], i: int, text: str) -> tuple[Expr, int]:
-    terms = []
-    term, i = _atom(tokens, i, text)
-    terms.append(term)
-    while i < len(tokens) and tokens[i] == "&":
-        term, i = _atom(tokens, i + 1, text)
-        terms.append(term)
-    return (terms[0] if len(terms) == 1 else All(tuple(terms))), i
+    return _joined(tokens, i, text, "&", _atom, All)
 
 
 def _atom(tokens: list[str], i: int, text: str) -> tuple[Expr, int]:

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.slurm.fake_slurm import FakeRunner
 from themis_slurm.core.topology import Topology
-from themis_slurm.daemon.config import Config, EstimatesConfig, SchedulerConfig, parse
+from themis_slurm.daemon.config import Config, EstimatesConfig, SchedulerConfig, TenancyConfig, parse
 from themis_slurm.daemon.loop import Daemon
 from themis_slurm.daemon.store import Store
+from themis_slurm.slurm.shares import SHOW_CONFIG, SSHARE
 
 from .fake_slurm import FakeSlurm
 
@@ -65,3 +67,21 @@ def run(d: Daemon, slurm: FakeSlurm, seconds: float, step: float = 5.0) -> None:
         d.cycle()
         slurm.advance(step)
         t += step
+
+
+#: `scontrol show config` and `sshare` as a cluster with accounting answers them: accounts A (3 shares: alice,
+#: bob) and B (1: carol). For the tenancy tests (daemon/tenancy.py through the backend's runner).
+CONFIG = "AccountingStorageType   = accounting_storage/slurmdbd\nClusterName             = test\n"
+TREE = "root||\n root|root|1\n A||3\n  A|alice|1\n  A|bob|1\n B||1\n  B|carol|1\n"
+
+
+def tenancy_config(tmp_path: Path, **tenancy: object) -> Config:
+    return replace(daemon_config(tmp_path / "state"), tenancy=TenancyConfig(**tenancy))  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def runner(slurm: FakeSlurm) -> FakeRunner:
+    """The backend's runner (both real backends have one): answers scontrol show config and sshare."""
+    r = FakeRunner({SHOW_CONFIG: CONFIG, SSHARE: TREE})
+    slurm.runner = r  # type: ignore[attr-defined]
+    return r

@@ -12,29 +12,14 @@ from pathlib import Path
 import pytest
 
 from tests.unit.slurm.fake_slurm import FakeRunner
-from themis_slurm.daemon.config import Config, TenancyConfig
+from themis_slurm.daemon.config import TenancyConfig
 from themis_slurm.daemon.loop import Daemon
 from themis_slurm.daemon.planning import build_round
 from themis_slurm.slurm.runner import SlurmCommandError
 from themis_slurm.slurm.shares import SHOW_CONFIG, SSHARE
 
-from .conftest import daemon_config, run
+from .conftest import TREE, run, tenancy_config
 from .fake_slurm import FakeSlurm
-
-CONFIG = "AccountingStorageType   = accounting_storage/slurmdbd\nClusterName             = test\n"
-TREE = "root||\n root|root|1\n A||3\n  A|alice|1\n  A|bob|1\n B||1\n  B|carol|1\n"
-
-
-def tenancy_config(tmp_path: Path, **tenancy: object) -> Config:
-    return replace(daemon_config(tmp_path / "state"), tenancy=TenancyConfig(**tenancy))  # type: ignore[arg-type]
-
-
-@pytest.fixture
-def runner(slurm: FakeSlurm) -> FakeRunner:
-    """The backend's runner (both real backends have one): answers scontrol show config and sshare."""
-    r = FakeRunner({SHOW_CONFIG: CONFIG, SSHARE: TREE})
-    slurm.runner = r  # type: ignore[attr-defined]
-    return r
 
 
 def sshares(r: FakeRunner) -> int:

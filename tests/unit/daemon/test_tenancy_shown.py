@@ -5,32 +5,15 @@ go with the tenants."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from tests.unit.slurm.fake_slurm import FakeRunner
-from themis_slurm.daemon.config import Config, TenancyConfig
 from themis_slurm.daemon.loop import Daemon
-from themis_slurm.slurm.shares import SHOW_CONFIG, SSHARE
 
-from .conftest import daemon_config
+from .conftest import tenancy_config
 from .fake_slurm import FakeSlurm
-
-CONFIG = "AccountingStorageType   = accounting_storage/slurmdbd\nClusterName             = test\n"
-TREE = "root||\n root|root|1\n A||3\n  A|alice|1\n  A|bob|1\n B||1\n  B|carol|1\n"
-
-
-def tenancy_config(tmp_path: Path, **tenancy: object) -> Config:
-    return replace(daemon_config(tmp_path / "state"), tenancy=TenancyConfig(**tenancy))  # type: ignore[arg-type]
-
-
-@pytest.fixture
-def runner(slurm: FakeSlurm) -> FakeRunner:
-    r = FakeRunner({SHOW_CONFIG: CONFIG, SSHARE: TREE})
-    slurm.runner = r  # type: ignore[attr-defined]
-    return r
 
 
 def gauge(d: Daemon, name: str, level: str, account: str, user: str = "") -> float | None:
