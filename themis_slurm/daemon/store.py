@@ -54,7 +54,7 @@ from typing import Any
 from themis_slurm.core.decision import AppRecord
 from themis_slurm.core.fairness import ContentionClock
 from themis_slurm.core.tenancy import Entity, Tenancy, TenantBook
-from themis_slurm.tenant_levels import entity_json, tenancy_from_json, tenancy_json
+from themis_slurm.tenant_levels import entity_from_json, entity_json, tenancy_from_json, tenancy_json
 
 #: Intents of a job, in its life: waiting (held, wants GPUs) -> granted (a round gave it GPUs; start
 #: pending until they are free) -> starting (pin+release sent) -> running (lease) -> warning (SIGUSR1 to
@@ -673,8 +673,7 @@ class Store:
         """Every active tenant's book (paced quotas), by the core's Entity."""
         out: dict[Entity, BookRow] = {}
         for r in self.db.execute("SELECT * FROM tenants"):
-            level, key = json.loads(r["entity"])
-            out[(level, tuple(key))] = BookRow(r["entitled"], r["finished"], r["frac"], r["updated"])
+            out[entity_from_json(r["entity"])] = BookRow(r["entitled"], r["finished"], r["frac"], r["updated"])
         return out
 
     def put_tenant_books(self, books: Mapping[Entity, BookRow]) -> None:
@@ -682,8 +681,8 @@ class Store:
         self._need_tx()
         self.db.execute("DELETE FROM tenants")
         self.db.executemany("INSERT INTO tenants (entity, entitled, finished, frac, updated) VALUES (?, ?, ?, ?, ?)",
-                            ((json.dumps([lv, list(key)]), b.entitled, b.finished, b.frac, b.updated)
-                             for (lv, key), b in books.items()))
+                            ((entity_json(ent), b.entitled, b.finished, b.frac, b.updated)
+                             for ent, b in books.items()))
 
     def tenancy(self) -> tuple[Tenancy, str, float | None] | None:
         """The tree last stored by :meth:`put_tenancy` (tenancy, line, read_at); None before any."""
@@ -703,7 +702,7 @@ class Store:
         """A job of this tenant finished with `work` done (ideal GPU-seconds): into its book, if it has one."""
         self._need_tx()
         self.db.execute("UPDATE tenants SET finished = finished + ? WHERE entity = ?",
-                        (work, json.dumps([entity[0], list(entity[1])])))
+                        (work, entity_json(entity)))
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         """Read-only helper for tests, tools and admins' questions."""
