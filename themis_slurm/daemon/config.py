@@ -229,13 +229,14 @@ class TenancyConfig:
     """Which levels of Slurm's account tree an app's share comes from, and where the shares come from
     (daemon/tenancy.py applies it; docs/admin-guide.md, "Tenancy").
 
-    `levels` is ``"auto"`` or a tuple out of account, user, app ending with app; ``("app",)`` is the paper's
-    flat 1/N, and the default for now (docs/admin-guide.md, "Tenancy", says why). `shares` ``auto`` is ``slurm``
+    `levels` is ``"auto"`` or a tuple out of account, user, app ending with app; the default ``auto``
+    is account -> user -> app on a cluster with accounting and user -> app without, so that splitting work
+    into more apps buys a user nothing; ``("app",)`` is the paper's flat 1/N. `shares` ``auto`` is ``slurm``
     (sshare's RawShares) on a cluster with accounting, ``equal`` without. The tree is read again every
     `refresh_s` seconds and at every SIGHUP.
     """
 
-    levels: str | tuple[str, ...] = ("app",)
+    levels: str | tuple[str, ...] = "auto"
     shares: str = "auto"
     refresh_s: float = 300.0
 

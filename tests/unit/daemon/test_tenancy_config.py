@@ -13,10 +13,10 @@ from themis_slurm.daemon.main import cli
 EXAMPLE = Path(__file__).resolve().parents[3] / "daemon" / "themis.yaml"
 
 
-def test_defaults_are_the_app_level_and_five_minutes() -> None:
-    # [app] until per-tenant quotas are finish-time fair (docs/admin-guide.md, "Tenancy")
-    assert parse({}).tenancy == TenancyConfig(("app",), "auto", 300.0)
-    assert load(EXAMPLE).tenancy == TenancyConfig(("app",), "auto", 300.0)
+def test_defaults_are_the_account_tree_and_five_minutes() -> None:
+    # auto: account -> user -> app with accounting, user -> app without (docs/admin-guide.md, "Tenancy")
+    assert parse({}).tenancy == TenancyConfig("auto", "auto", 300.0)
+    assert load(EXAMPLE).tenancy == TenancyConfig("auto", "auto", 300.0)
 
 
 @pytest.mark.parametrize(
