@@ -228,3 +228,26 @@ def tenancy_limit(at_share: Sequence[LevelAtShare], ahead: Sequence[AppAhead], k
         are = "is" if len(ahead) == 1 else "are"
         parts.append(f"{verb} {whose} {are} further behind and went first: {items}")
     return "; ".join(parts) or None
+
+
+def _free_text(cpus: int | None, mem: int | None) -> str:
+    parts = [] if cpus is None else [f"{cpus} CPU(s)"]
+    if mem is not None:
+        parts.append(f"{mem // 1024}G of memory" if mem % 1024 == 0 else f"{mem}M of memory")
+    return " and ".join(parts) or "room"
+
+
+def room_short(cpus: int, mem: int, short: Mapping[str, tuple[int | None, int | None]],
+               fits: Sequence[str]) -> str | None:
+    """Why a waiting job's CPUs or memory keep it off some of the nodes it may use, in words; None when no
+    node is short. `cpus`/`mem`: what it needs per node (MiB); `short`: node -> (CPUs, MiB) free there now,
+    for the nodes too busy for it; `fits`: the nodes that have its room now. Slurm would not start it on a
+    short node, so Themis does not grant it there (daemon/room.py)."""
+    if not short:
+        return None
+    need = _free_text(cpus if cpus else None, mem if mem else None)
+    busy = "; ".join(f"{n}: {_free_text(c, m)} free" for n, (c, m) in sorted(short.items()))
+    if not fits:
+        return (f"no node it may use has its {need} per node free now ({busy}): it waits for jobs there to "
+                f"end (Slurm would not start it there)")
+    return f"its {need} per node are free now only on {','.join(sorted(fits))} (not on {busy})"

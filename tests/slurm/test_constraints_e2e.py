@@ -121,3 +121,34 @@ def test_constraint_jobs_land_only_on_matching_nodes(cluster: Cluster, themisd: 
     cluster.wait_job(second, {"RUNNING", "COMPLETING", "COMPLETED"}, timeout=90)
     assert cluster.job(second)["nodes"] in both
     _no_release_timeouts_one_grant_each(themisd, [first, second, *fabric])
+
+
+def test_explain_names_the_nodes_busy_on_memory_and_the_job_starts_where_it_frees(
+    cluster: Cluster, themisd: Themisd
+) -> None:
+    """12 GiB taken on every node by jobs Slurm runs alone (partition debug): a `--mem=8G` job fits nowhere
+    now, is granted nowhere, and `themis explain` says which nodes lack its memory; when node3's job ends
+    it starts there on its first grant."""
+    _shape(cluster)
+    hogs = {}
+    for i in range(1, cluster.nodes + 1):
+        hogs[f"node{i}"] = cluster.sbatch("-p", "debug", "-w", f"node{i}", "--mem=12G", user=BOB, wrap="sleep 600")
+    for hog in hogs.values():
+        cluster.wait_job(hog, "RUNNING", timeout=30)
+    job = submit(cluster, ALICE, "gpu:1", "themis:app=mem", 60, "--mem=8G")
+    themisd.start()
+    cli = [sys.executable, "-m", "themis_slurm.cli.main"]
+    deadline, out = time.monotonic() + 40, None
+    while time.monotonic() < deadline:
+        out = subprocess.run([*cli, "explain", str(job), "-c", str(themisd.config)], env=themisd.env,
+                             text=True, capture_output=True, timeout=60)
+        if "no node it may use has its" in out.stdout:
+            break
+        time.sleep(2)
+    assert out is not None and "no node it may use has its" in out.stdout, out and out.stdout + out.stderr
+    assert "8G of memory per node free now" in out.stdout and "node1: " in out.stdout, out.stdout
+    assert cluster.job(job)["job_state"] == "PENDING"
+    cluster.check(["scancel", str(hogs["node3"])])
+    cluster.wait_job(job, "RUNNING", timeout=60)
+    assert cluster.job(job)["nodes"] == "node3"
+    _no_release_timeouts_one_grant_each(themisd, [job])

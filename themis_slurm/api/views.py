@@ -505,8 +505,10 @@ def _nodes_text(nodes: Mapping[str, int] | None) -> str:
     return ",".join(f"{n}:{c}" for n, c in sorted((nodes or {}).items())) or "-"
 
 
-def _summary(job: Doc, app: Doc | None, rounds: list[Doc], now: float, tenancy: str | None = None) -> str:
-    """One sentence: why the job runs or waits (`tenancy`: which level of the tree held it back)."""
+def _summary(job: Doc, app: Doc | None, rounds: list[Doc], now: float, tenancy: str | None = None,
+             room: str | None = None) -> str:
+    """One sentence: why the job runs or waits (`tenancy`: which level of the tree held it back; `room`:
+    which of its nodes are too busy on CPUs or memory for it now)."""
     intent, rank = job["intent"], (app or {}).get("rank")
     rho = (app or {}).get("rho")
     standing = f"its app {job['app']} has rho {rho:.2f}" if rho is not None else f"its app is {job['app']}"
@@ -544,7 +546,7 @@ def _summary(job: Doc, app: Doc | None, rounds: list[Doc], now: float, tenancy: 
                 f"{standing}")
     if last_app is None:
         return (f"waiting: no round has considered it yet (a round runs when GPUs are free while jobs wait, "
-                f"or a lease expires); {standing}")
+                f"or a lease expires){f'; {room}' if room else ''}; {standing}")
     reason = last_app["app"]["reason"]
     text = f"waiting: in round {last_app['round']} at {_hm(last_app['time'])} its app {reason}"
     if tenancy:
@@ -552,7 +554,26 @@ def _summary(job: Doc, app: Doc | None, rounds: list[Doc], now: float, tenancy: 
     if job.get("limits"):
         text += (f"; it can only use GPUs on {','.join(job['allowed_nodes'] or []) or 'no node'} "
                  f"({job['limits']}), so it waits for GPUs there")
+    if room:
+        text += f"; {room}"
     return f"{text}; {standing}"
+
+
+def _room_doc(ctx: Context, job: Doc) -> Doc | None:
+    """For a waiting job that needs CPUs or memory: the nodes it may use that are too busy for it now (what
+    Slurm counts free there) and those that have its room; None when it needs neither or every node fits."""
+    m = _managed(ctx).get(job["job"])
+    if ctx.snapshot is None or m is None or job["intent"] != "waiting" or not (m.cpus_per_node or m.mem_per_node):
+        return None
+    room = ctx.snapshot.room
+    nodes = [n for n in (m.allowed_nodes if m.allowed_nodes is not None else room) if n in room]
+    short = {n: room[n] for n in nodes if not room[n].fits(m.cpus_per_node, m.mem_per_node)}
+    return {"cpus": m.cpus_per_node, "mem_mib": m.mem_per_node,
+            "short": {n: {"cpus": r.cpus, "mem_mib": r.mem} for n, r in sorted(short.items())},
+            "fits": sorted(set(nodes) - set(short)),
+            "reason": reasons.room_short(m.cpus_per_node, m.mem_per_node,
+                                         {n: (r.cpus, r.mem) for n, r in short.items()},
+                                         sorted(set(nodes) - set(short)))}
 
 
 def _past_job(ctx: Context, job_id: str) -> Doc | None:
@@ -584,12 +605,15 @@ def explain_view(ctx: Context, job_id: str, params: Mapping[str, str]) -> Doc:
     last_grant = next((a for r in rounds for a in r["job"] if a["action"] == "grant"), None)
     row = ctx.state.job(job_id) or {}
     ten = _tenancy_explain(ctx, job, rounds)
+    room = _room_doc(ctx, job)
     return {
         "meta": ctx.meta(),
         "job": job,
         "app": app,
-        "summary": _summary(job, app, rounds, ctx.now, ten["reason"] if ten else None),
+        "summary": _summary(job, app, rounds, ctx.now, ten["reason"] if ten else None,
+                            room["reason"] if room else None),
         "tenancy": ten,
+        "room": room,
         "rounds": rounds,
         "placement": {"planned": row.get("planned_nodes") or {},
                       "granted": last_grant["nodes"] if last_grant else None,

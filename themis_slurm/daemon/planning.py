@@ -201,10 +201,15 @@ class RoundInput:
     held: Mapping[str, frozenset[int]]    # GPUs held for granted jobs not running yet (held_for_granted)
     leased: frozenset[int]
     ineligible: Mapping[str, str] = field(default_factory=dict)  # waiting jobs Slurm would not start -> why
+    #: waiting jobs that need CPUs or memory -> the nodes that have them free now (Slurm's count): when a
+    #: node frees its CPUs or memory (a job ended that held no GPUs), a job may now fit where it did not
+    room_fit: frozenset[tuple[str, frozenset[str]]] = frozenset()
 
     @property
-    def signature(self) -> tuple[frozenset[int], frozenset[str]]:
-        return self.state.free, self.waiting
+    def signature(self) -> tuple[frozenset[int], frozenset[str], frozenset[tuple[str, frozenset[str]]]]:
+        """What a round depends on besides expired leases: an unchanged signature means the last round's
+        answer stands (round_due)."""
+        return self.state.free, self.waiting, self.room_fit
 
 
 def cluster_gpus_of(snapshot: Snapshot) -> int:
@@ -312,7 +317,22 @@ def build_round(snapshot: Snapshot, rows: Mapping[str, JobRow], apps: Mapping[st
     state = ClusterState(topo, now, free, tuple(leases), tuple(app_objs), cluster_gpus=cluster_gpus,
                          tenancy=tenancy, tenant_books=tenant_books)
     waiting_blocked = {jid: why for jid, why in blocked.items() if jid in rows and rows[jid].intent == "waiting"}
-    return RoundInput(state, frozenset(waiting), frozenset(expired), held, frozenset(used), waiting_blocked)
+    return RoundInput(state, frozenset(waiting), frozenset(expired), held, frozenset(used), waiting_blocked,
+                      room_fit(snapshot, waiting))
+
+
+def room_fit(snapshot: Snapshot, waiting: Iterable[str]) -> frozenset[tuple[str, frozenset[str]]]:
+    """Each waiting job that needs CPUs or memory with the nodes whose free CPUs and memory hold it now."""
+    if not snapshot.room:
+        return frozenset()
+    jobs = {m.job_id: m for m in snapshot.managed}
+    out = []
+    for jid in waiting:
+        mj = jobs.get(jid)
+        if mj is not None and (mj.cpus_per_node or mj.mem_per_node):
+            fit = frozenset(n for n, r in snapshot.room.items() if r.fits(mj.cpus_per_node, mj.mem_per_node))
+            out.append((jid, fit))
+    return frozenset(out)
 
 
 # ---------------------------------------------------------------------------------------- Slurm's limits

@@ -77,6 +77,10 @@ class NodeRoom:
     cpus: int | None
     mem: int | None
 
+    def fits(self, cpus: int, mem: int) -> bool:
+        """True when a job needing `cpus` CPUs and `mem` MiB on this node could start here now."""
+        return (self.cpus is None or cpus <= self.cpus) and (self.mem is None or mem <= self.mem)
+
 
 @dataclass(frozen=True)
 class Snapshot:

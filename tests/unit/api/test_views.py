@@ -237,3 +237,46 @@ def test_actions_themisd_retries_are_shown_to_their_owners(app: ApiApp) -> None:
     _, doc = get(app, "/v1/cluster", ROOT)
     screen = render_status(doc, TableOptions())
     assert "RETRYING" in screen and "timed out: no answer within 10 s" in screen
+
+
+def _busy_world(tmp_path, db, cpus: int, mem: int) -> ApiApp:  # type: ignore[no-untyped-def]
+    """The world with job 21 asking `cpus` CPUs and `mem` MiB per node, node1 busy (4 CPUs, 8G free), node2
+    roomy (14 CPUs, 60G free)."""
+    from dataclasses import replace
+
+    from themis_slurm.api.server import build_app
+    from themis_slurm.daemon.planning import finish_times
+    from themis_slurm.slurm.model import NodeRoom
+
+    snap = world.snapshot()
+    jobs = tuple(replace(m, cpus_per_node=cpus, mem_per_node=mem) if m.job_id == "21" else m for m in snap.managed)
+    snap = replace(snap, managed=jobs, room={"node1": NodeRoom(4, 8192), "node2": NodeRoom(14, 61440)})
+    conf = tmp_path / "private.conf"
+    conf.write_text(world.SLURM_CONF_PRIVATE)
+    app = build_app(db, str(conf), snapshot=lambda: snap, decoder=world.fake_decoder, names=world.names,
+                    last_cycle=lambda: world.NOW, estimator=finish_times)
+    app.clock = lambda: world.NOW
+    return app
+
+
+def test_explain_names_the_nodes_too_busy_on_cpus_or_memory(tmp_path, db) -> None:  # type: ignore[no-untyped-def]
+    """Issue 37: a waiting job whose CPUs or memory do not fit a node now is told which nodes have its room."""
+    _, doc = get(_busy_world(tmp_path, db, 12, 4096), "/v1/jobs/21/explain", BOB)
+    assert doc["room"] == {"cpus": 12, "mem_mib": 4096, "short": {"node1": {"cpus": 4, "mem_mib": 8192}},
+                           "fits": ["node2"], "reason": doc["room"]["reason"]}
+    assert ("its 12 CPU(s) and 4G of memory per node are free now only on node2 "
+            "(not on node1: 4 CPU(s) and 8G of memory free)") in doc["summary"]
+
+    _, doc = get(_busy_world(tmp_path, db, 2, 65536), "/v1/jobs/21/explain", BOB)
+    assert doc["room"]["fits"] == [] and set(doc["room"]["short"]) == {"node1", "node2"}
+    assert "no node it may use has its 2 CPU(s) and 64G of memory per node free now" in doc["summary"]
+    assert "it waits for jobs there to end" in doc["summary"]
+
+
+def test_explain_says_nothing_of_room_where_every_node_fits(tmp_path, db) -> None:  # type: ignore[no-untyped-def]
+    _, doc = get(_busy_world(tmp_path, db, 2, 1024), "/v1/jobs/21/explain", BOB)
+    assert doc["room"]["short"] == {} and doc["room"]["reason"] is None and "per node" not in doc["summary"]
+    _, doc = get(_busy_world(tmp_path, db, 0, 0), "/v1/jobs/21/explain", BOB)
+    assert doc["room"] is None
+    _, doc = get(_busy_world(tmp_path, db, 12, 0), "/v1/jobs/10/explain", ALICE)  # running: not asked
+    assert doc["room"] is None

@@ -173,3 +173,26 @@ def test_rounds_do_not_repeat_while_nothing_changes(daemon: Daemon, four: FakeSl
     four.submit("alice", "a", 1, 600.0, cpus_per_node=8)  # fits nowhere now
     reports = [daemon.cycle() for _ in range(4)]
     assert [r.trigger is not None for r in reports] == [True, False, False, False]
+
+
+def test_a_round_runs_when_cpus_free_up_on_a_node(daemon: Daemon, four: FakeSlurm) -> None:
+    """CPU-only jobs (no GPUs) hold 10 CPUs on every node, so a job asking for 8 fits nowhere; when the one on
+    node3 ends, no GPU is freed (the free GPUs and the waiting jobs are as before) but the job now fits
+    there: a round runs and the job starts on node3. Before, nothing triggered a round until a lease expired."""
+    cpu_jobs = {}
+    for n in NODES:
+        cpu_jobs[n] = four.add_unmanaged(n, 0)
+        four.jobs[cpu_jobs[n]].cpus_per_node = 10
+    j = four.submit("alice", "a", 1, 600.0, cpus_per_node=8)
+    reports = []
+    for _ in range(3):
+        reports.append(daemon.cycle())
+        four.advance(5)
+    assert [r.trigger is not None for r in reports] == [True, False, False]
+    assert four.jobs[j].state == "PENDING"
+    four.cancel(cpu_jobs["node3"], "COMPLETED")
+    report = daemon.cycle()
+    assert report.trigger is not None
+    _cycles(daemon, four, 2)
+    assert four.jobs[j].state == "RUNNING" and four.jobs[j].node_gpus == {"node3": 1}
+    _no_release_timeout(four)
