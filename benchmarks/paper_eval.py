@@ -81,9 +81,10 @@ QUICK = Scale(apps=6, seed=0, round_interval_s=120.0, philly_jobs=1500, f_values
 COLS = (("max_rho", "max rho", "{:.2f}"), ("median_rho", "median rho", "{:.2f}"), ("p95_rho", "p95 rho", "{:.2f}"),
         ("jain", "Jain (1/rho)", "{:.3f}"), ("frac_rho_le_1", "rho<=1", "{:.0%}"), ("gpu_hours", "GPU-hours", "{:,.0f}"),
         ("utilization", "util", "{:.0%}"), ("makespan_s", "makespan (h)", "{:,.1f}"),
-        ("mean_app_completion_s", "mean app (h)", "{:,.1f}"), ("mean_jct_s", "mean JCT (h)", "{:,.1f}"),
+        ("mean_app_completion_s", "mean app (h)", "{:,.1f}"), ("mean_jct_s", "mean JCT (h)", "{:,.2f}"),
+        ("p95_jct_s", "p95 JCT (h)", "{:,.1f}"), ("mean_slowdown", "slowdown", "{:,.1f}"),
         ("preemptions", "preemptions", "{:,d}"))  # fmt: skip
-HOURS = {"makespan_s", "mean_app_completion_s", "mean_jct_s"}
+HOURS = {"makespan_s", "mean_app_completion_s", "mean_jct_s", "p95_jct_s"}
 
 
 def md_table(rows: Mapping[str, Metrics], first: str = "policy") -> str:
@@ -115,7 +116,14 @@ def targets(rows: Mapping[str, Metrics]) -> str:
     excess = th.gpu_hours / best - 1
     out.append(f"- GPU-hours: themis {th.gpu_hours:,.0f}, best {best_name} {best:,.0f} "
                f"(themis {excess:+.1%}; target within +5%: {'met' if excess <= 0.05 else 'NOT met'})")  # fmt: skip
-    if "slurm" in rows:
+    if "slurm" in rows:  # issue #34: users feel their jobs; mean JCT no worse than slurm's, within 2x the best
+        jct, sl_jct = th.mean_jct_s, rows["slurm"].summary.mean_jct_s
+        best_jct = min(m.summary.mean_jct_s for m in rows.values())
+        best_jct_name = min(rows, key=lambda n: rows[n].summary.mean_jct_s)
+        ok = jct <= sl_jct and jct <= 2 * best_jct
+        out.append(f"- mean JCT: themis {jct / 3600:,.2f} h, slurm {sl_jct / 3600:,.2f} h, best {best_jct_name} "
+                   f"{best_jct / 3600:,.2f} h (target no worse than slurm and within 2x the best: "
+                   f"{'met' if ok else 'NOT met'})")  # fmt: skip
         sl = rows["slurm"].summary.mean_app_completion_s
         ok = th.mean_app_completion_s <= sl
         out.append(f"- mean app completion: themis {th.mean_app_completion_s / 3600:,.1f} h, slurm {sl / 3600:,.1f} h "
@@ -279,10 +287,12 @@ class Eval:
         # 1. paper workload, 64 and 32 GPUs, and the 64-GPU comparison on more seeds
         plots.rho_cdf(r["paper64"], docs / "paper64_rho_cdf.png")
         plots.utilization(r["paper64"], docs / "paper64_utilization.png")
+        plots.jct_cdf(r["paper64"], docs / "paper64_jct_cdf.png")
         plots.rho_cdf(r["paper32"], docs / "paper32_rho_cdf.png")
         md += ["## 1. The paper's workload, all policies", "",
                "### 64 GPUs (2 racks x 8 nodes x 4 GPUs)", "", md_table(r["paper64"]), "", targets(r["paper64"]), "",
-               "![rho CDF, 64 GPUs](eval/paper64_rho_cdf.png) ![utilization, 64 GPUs](eval/paper64_utilization.png)", "",
+               "![rho CDF, 64 GPUs](eval/paper64_rho_cdf.png) ![utilization, 64 GPUs](eval/paper64_utilization.png)",
+               "![JCT CDF, 64 GPUs](eval/paper64_jct_cdf.png)", "",
                "### 32 GPUs (2 racks x 2 machines x 2 islands x 4 GPUs)", "", md_table(r["paper32"]), "",
                targets(r["paper32"]), "", "![rho CDF, 32 GPUs](eval/paper32_rho_cdf.png)", ""]  # fmt: skip
         if s.extra_seeds:
@@ -311,7 +321,9 @@ class Eval:
         md += ["## 3. philly_mix1 on 1,024 GPUs (8-GPU nodes, 16 per rack)", ""]
         if "philly" in r:
             plots.rho_cdf(r["philly"], docs / "philly_rho_cdf.png")
-            md += [md_table(r["philly"]), "", targets(r["philly"]), "", "![rho CDF, philly](eval/philly_rho_cdf.png)", ""]
+            plots.jct_cdf(r["philly"], docs / "philly_jct_cdf.png")
+            md += [md_table(r["philly"]), "", targets(r["philly"]), "", "![rho CDF, philly](eval/philly_rho_cdf.png) "
+                   "![JCT CDF, philly](eval/philly_jct_cdf.png)", ""]
         else:
             md += [f"Skipped: {PHILLY} not found.", ""]
         md += ["## 3b. Gavel's trace (dev120_seed7, Gavel's generator) on 32 GPUs, exact run times", ""]

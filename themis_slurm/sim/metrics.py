@@ -26,6 +26,11 @@ about its share; one the scheduler starved has less. Beside them its apps' worst
 Efficiency: ``gpu_hours`` is all GPU time held (placement slowdowns and restart costs included, so a worse
 placement or more preemptions cost more): the paper's efficiency measure. ``utilization`` is that busy
 GPU-time over GPUs x makespan; ``makespan_s`` runs from the first arrival to the last completion.
+
+Jobs (issue #34: users feel their job's completion time, not their app's rho): ``mean_jct_s``,
+``median_jct_s`` and ``p95_jct_s`` over every job's completion time (finish - arrival), and
+``mean_slowdown``, the mean of each job's JCT over its run time alone (its true work on its GPUs at the
+best placement, with no wait and no restart: 1 is the least a job can see).
 """
 
 from __future__ import annotations
@@ -47,7 +52,8 @@ from themis_slurm.sim.trace import Trace, TraceJob
 #: The keys of the --json summary, in order.
 SUMMARY_KEYS: tuple[str, ...] = (
     "max_rho", "median_rho", "p95_rho", "jain", "frac_rho_le_1", "gpu_hours", "makespan_s",
-    "mean_app_completion_s", "mean_jct_s", "preemptions", "utilization",
+    "mean_app_completion_s", "mean_jct_s", "median_jct_s", "p95_jct_s", "mean_slowdown", "preemptions",
+    "utilization",
 )  # fmt: skip
 
 
@@ -77,6 +83,9 @@ class Summary:
     makespan_s: float
     mean_app_completion_s: float
     mean_jct_s: float
+    median_jct_s: float
+    p95_jct_s: float
+    mean_slowdown: float
     preemptions: int
     utilization: float
     # beyond the --json summary
@@ -124,6 +133,7 @@ class Metrics:
     gpus: int
     tenants: tuple[TenantMetrics, ...] = ()
     levels: tuple[str, ...] = ("app",)
+    jcts: tuple[float, ...] = ()  # every job's completion time (s), for the JCT CDF
 
 
 def jain_index(values: Sequence[float]) -> float:
@@ -262,11 +272,14 @@ def tenant_metrics(spans: Sequence[Span], apps: Sequence[AppMetrics],
 
 def summarise(
     rhos: np.ndarray, apps: Sequence[AppMetrics], busy_gpu_s: float, makespan: float, gpus: int, *,
-    mean_jct_s: float, ideal_gpu_s: float, n_jobs: int, preemptions: int, events: int, policy_calls: int,
-    wall_s: float,
+    jct_s: Sequence[float], alone_s: Sequence[float], ideal_gpu_s: float, n_jobs: int, preemptions: int,
+    events: int, policy_calls: int, wall_s: float,
 ) -> Summary:
-    """The Summary of one run from its per-app rhos and totals: one definition for simulated runs
-    (:func:`compute`) and for what a real cluster did (:func:`actual_metrics`)."""
+    """The Summary of one run from its per-app rhos, its jobs' completion times and run times alone
+    (`jct_s`, `alone_s`, in the same order) and totals: one definition for simulated runs (:func:`compute`)
+    and for what a real cluster did (:func:`actual_metrics`)."""
+    jct = np.asarray(jct_s, dtype=float)
+    alone = np.maximum(np.asarray(alone_s, dtype=float), 1e-9)
     return Summary(
         max_rho=float(rhos.max()),
         median_rho=float(np.median(rhos)),
@@ -276,7 +289,10 @@ def summarise(
         gpu_hours=busy_gpu_s / 3600.0,
         makespan_s=makespan,
         mean_app_completion_s=float(np.mean([a.t_sh for a in apps])) if apps else 0.0,
-        mean_jct_s=mean_jct_s,
+        mean_jct_s=float(jct.mean()) if jct.size else 0.0,
+        median_jct_s=float(np.median(jct)) if jct.size else 0.0,
+        p95_jct_s=float(np.percentile(jct, 95)) if jct.size else 0.0,
+        mean_slowdown=float(np.mean(jct / alone)) if jct.size else 0.0,
         preemptions=preemptions,
         utilization=busy_gpu_s / (gpus * makespan) if makespan > 0 else 0.0,
         jain_rho=jain_index(rhos),
@@ -310,14 +326,14 @@ def compute(result: SimResult) -> Metrics:
     makespan = last - first
     summary = summarise(
         rhos, apps, busy, makespan, topo.size,
-        mean_jct_s=float(np.mean([j.jct for j in result.jobs])) if result.jobs else 0.0,
+        jct_s=[j.jct for j in result.jobs], alone_s=[j.true_work / j.gpus for j in result.jobs],
         ideal_gpu_s=math.fsum(j.true_work for j in result.jobs), n_jobs=len(result.jobs),
         preemptions=result.preemptions, events=result.events, policy_calls=result.policy_calls,
         wall_s=result.wall_s,
     )  # fmt: skip
     tenants = tenant_metrics(spans_of(result), apps, {a.app_id: a.account for a in result.apps})
     return Metrics(result.policy, summary, tuple(apps), result.util_times, result.util_busy, topo.size, tenants,
-                   result.config.tenancy.levels)  # fmt: skip
+                   result.config.tenancy.levels, tuple(j.jct for j in result.jobs))  # fmt: skip
 
 
 #: The name the report gives the row of what Slurm really did (a replayed ``--format sacct`` history).
@@ -410,14 +426,14 @@ def actual_metrics(trace: Trace, topology: Topology, default_profile: str | None
     nan = math.nan
     summary = summarise(
         rhos, apps, busy, makespan, topology.size,
-        mean_jct_s=float(np.mean([end[j.job_id] - j.arrival_s for j in jobs])),
+        jct_s=[end[j.job_id] - j.arrival_s for j in jobs], alone_s=[end[j.job_id] - start[j.job_id] for j in jobs],
         ideal_gpu_s=math.fsum(j.gpu_seconds for j in jobs), n_jobs=len(jobs),
         preemptions=nan, events=nan, policy_calls=nan, wall_s=nan,  # type: ignore[arg-type]
     )  # fmt: skip
     spans = [Span(j.app_id, j.arrival_s, end[j.job_id], ((start[j.job_id], end[j.job_id], j.gpus),)) for j in jobs]
     tenants = tenant_metrics(spans, apps, {a: js[0].account for a, js in by_app.items()})
     return Metrics(ACTUAL, summary, tuple(apps), tuple(util_times), tuple(util_busy), topology.size, tenants,
-                   tenancy.levels)  # fmt: skip
+                   tenancy.levels, tuple(end[j.job_id] - j.arrival_s for j in jobs))  # fmt: skip
 
 
 def _nested_contention(edges: Sequence[tuple[float, int, str, int]], by_app: Mapping[str, Sequence[TraceJob]],

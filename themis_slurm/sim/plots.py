@@ -44,6 +44,21 @@ def rho_cdf(metrics: Mapping[str, Metrics], path: Path) -> Path:
     return _save(fig, path)
 
 
+def jct_cdf(metrics: Mapping[str, Metrics], path: Path) -> Path:
+    """CDF of job completion times (hours, log), one line per policy: what users feel (issue #34)."""
+    fig, ax = plt.subplots(figsize=SIZE)
+    for name, m in metrics.items():
+        jct = np.sort(np.asarray(m.jcts, dtype=float)) / 3600.0
+        if jct.size:
+            ax.step(jct, np.arange(1, jct.size + 1) / jct.size, where="post", label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("job completion time, h (log)")
+    ax.set_ylabel("fraction of jobs")
+    ax.legend(fontsize="small")
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
 def binned_utilization(m: Metrics, bins: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:
     """Time-weighted mean utilization in equal bins over the run: (bin centres in hours, fraction busy)."""
     t = np.asarray(m.util_times, dtype=float)

@@ -1,14 +1,15 @@
 """Presenting metrics: a table for people, a JSON summary for scripts, and files for the record.
 
 ``--json`` prints ``{"policies": {name: {max_rho, median_rho, p95_rho, jain, frac_rho_le_1, gpu_hours,
-makespan_s, mean_app_completion_s, mean_jct_s, preemptions, utilization}}}``; a sweep prints
+makespan_s, mean_app_completion_s, mean_jct_s, median_jct_s, p95_jct_s, mean_slowdown, preemptions,
+utilization}}}``; a sweep prints
 ``{"sweep": {"param": name, "runs": [{"value": v, "policies": {...}}, ...]}}``.
 A replayed Slurm history (``--format sacct``) adds a row ``slurm (actual)``: the same metrics computed from
 Slurm's own start and end times (:func:`~themis_slurm.sim.metrics.actual_metrics`); what the record cannot
 give (preemptions, events, policy calls, wall time) is ``-`` in the table and null in JSON.
 ``--out DIR`` writes summary.csv / summary.json (every summary metric per policy, and per sweep value),
 apps_<policy>.csv (every app's T_sh, T_id, rho, contention...), tenants_<policy>.csv (below), and PNGs:
-rho_cdf.png, utilization.png, and for sweeps sweep_<metric>.png (plus the per-value files under value_<v>/).
+rho_cdf.png, jct_cdf.png, utilization.png, and for sweeps sweep_<metric>.png (plus the per-value files under value_<v>/).
 
 Per user and per account (:class:`~themis_slurm.sim.metrics.TenantMetrics`). tenants_<policy>.csv has one
 row per account, then one per user, with the columns:
@@ -57,10 +58,13 @@ _COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("makespan_s", "makespan h", "{:,.1f}"),
     ("mean_app_completion_s", "app done h", "{:,.2f}"),
     ("mean_jct_s", "JCT h", "{:,.2f}"),
+    ("median_jct_s", "JCT p50", "{:,.2f}"),
+    ("p95_jct_s", "JCT p95", "{:,.2f}"),
+    ("mean_slowdown", "slowdown", "{:,.1f}"),
     ("preemptions", "preempt", "{:,d}"),
     ("wall_s", "wall s", "{:.1f}"),
 )
-_HOURS = {"makespan_s", "mean_app_completion_s", "mean_jct_s"}
+_HOURS = {"makespan_s", "mean_app_completion_s", "mean_jct_s", "median_jct_s", "p95_jct_s"}
 
 
 def _known(d: Mapping[str, Any]) -> dict[str, Any]:
@@ -155,7 +159,7 @@ def _write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[Any]])
 
 
 def write_run(out: Path, metrics: Mapping[str, Metrics], meta: Mapping[str, Any] | None = None) -> list[Path]:
-    """summary.csv/json, apps_<policy>.csv, rho_cdf.png and utilization.png in `out` (created)."""
+    """summary.csv/json, apps_<policy>.csv, rho_cdf.png, jct_cdf.png and utilization.png in `out` (created)."""
     out.mkdir(parents=True, exist_ok=True)
     keys = [f.name for f in fields(Summary)]
     _write_csv(out / "summary.csv", ["policy", *keys],
@@ -175,6 +179,7 @@ def write_run(out: Path, metrics: Mapping[str, Metrics], meta: Mapping[str, Any]
                                     for t in m.tenants])  # fmt: skip
         written.append(p)
     written.append(plots.rho_cdf(metrics, out / "rho_cdf.png"))
+    written.append(plots.jct_cdf(metrics, out / "jct_cdf.png"))
     written.append(plots.utilization(metrics, out / "utilization.png"))
     return written
 

@@ -46,6 +46,10 @@ def test_hand_computed_rho(policy):
     assert s.makespan_s == pytest.approx(200) and s.utilization == pytest.approx(1.0)
     assert s.mean_app_completion_s == pytest.approx(125)
     assert s.mean_jct_s == pytest.approx((100 + 100 + 150) / 3)
+    # JCTs 100, 100, 150 (b1 waits 50 s for a's GPUs); numpy's linear p95 of three: 100 + 0.9 x 50
+    assert (s.median_jct_s, s.p95_jct_s) == (pytest.approx(100), pytest.approx(145))
+    assert s.mean_slowdown == pytest.approx((1 + 1 + 1.5) / 3)  # each job's JCT over its 100 s alone
+    assert sorted(m.jcts) == pytest.approx([100, 100, 150])
     assert s.preemptions == 0
     assert list(s.public()) == list(SUMMARY_KEYS)
 

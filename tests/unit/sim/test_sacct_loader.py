@@ -356,6 +356,8 @@ def test_actual_metrics_by_hand() -> None:
     assert (apps["b"].contention, apps["b"].t_id, apps["b"].rho) == (1.5, 10.0, 2.0)
     s = m.summary
     assert (s.max_rho, s.makespan_s, s.utilization, s.mean_jct_s, s.mean_app_completion_s) == (2.0, 20.0, 0.75, 15.0, 15.0)
+    # job 2 waited 10 s and ran 10 s: slowdown 2 (its run as Slurm timed it), job 1's 1
+    assert (s.median_jct_s, s.p95_jct_s, s.mean_slowdown) == (15.0, pytest.approx(19.5), 1.5)
     assert math.isnan(s.preemptions) and math.isnan(s.wall_s)
     assert (m.util_times, m.util_busy) == ((0.0, 10.0, 20.0), (4, 2, 0))
     no_actual = Trace((TraceJob("1", "a", "u", 0, 4, 10),), "plain")

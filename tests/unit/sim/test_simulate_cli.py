@@ -34,7 +34,7 @@ def test_table_and_out(tmp_path):
     r = run("--policies", "themis", "--out", str(tmp_path))
     assert r.exit_code == 0, r.output
     assert "themis" in r.output and "max rho" in r.output
-    for name in ("summary.csv", "summary.json", "apps_themis.csv", "rho_cdf.png", "utilization.png"):
+    for name in ("summary.csv", "summary.json", "apps_themis.csv", "rho_cdf.png", "jct_cdf.png", "utilization.png"):
         assert (tmp_path / name).stat().st_size > 0
 
 
