@@ -28,35 +28,34 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def rho_cdf(metrics: Mapping[str, Metrics], path: Path) -> Path:
-    """CDF of per-app rho, one line per policy; the dashed line is rho = 1 (sharing incentive)."""
+def _cdf(series: Mapping[str, Sequence[float]], path: Path, xlabel: str, ylabel: str,
+         mark: float | None = None) -> Path:
+    """One step line per policy of the empirical CDF of its values, on a log x axis (`mark`: a dashed line)."""
     fig, ax = plt.subplots(figsize=SIZE)
-    for name, m in metrics.items():
-        rho = np.sort([a.rho for a in m.apps])
-        if rho.size:
-            ax.step(rho, np.arange(1, rho.size + 1) / rho.size, where="post", label=name)
-    ax.axvline(1.0, color="grey", linestyle="--", linewidth=0.8)
+    for name, values in series.items():
+        x = np.sort(np.asarray(values, dtype=float))
+        if x.size:
+            ax.step(x, np.arange(1, x.size + 1) / x.size, where="post", label=name)
+    if mark is not None:
+        ax.axvline(mark, color="grey", linestyle="--", linewidth=0.8)
     ax.set_xscale("log")
-    ax.set_xlabel("finish-time fairness rho = T_sh / T_id (log)")
-    ax.set_ylabel("fraction of apps")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.legend(fontsize="small")
     ax.grid(alpha=0.3)
     return _save(fig, path)
+
+
+def rho_cdf(metrics: Mapping[str, Metrics], path: Path) -> Path:
+    """CDF of per-app rho, one line per policy; the dashed line is rho = 1 (sharing incentive)."""
+    return _cdf({n: [a.rho for a in m.apps] for n, m in metrics.items()}, path,
+                "finish-time fairness rho = T_sh / T_id (log)", "fraction of apps", mark=1.0)
 
 
 def jct_cdf(metrics: Mapping[str, Metrics], path: Path) -> Path:
     """CDF of job completion times (hours, log), one line per policy: what users feel (issue #34)."""
-    fig, ax = plt.subplots(figsize=SIZE)
-    for name, m in metrics.items():
-        jct = np.sort(np.asarray(m.jcts, dtype=float)) / 3600.0
-        if jct.size:
-            ax.step(jct, np.arange(1, jct.size + 1) / jct.size, where="post", label=name)
-    ax.set_xscale("log")
-    ax.set_xlabel("job completion time, h (log)")
-    ax.set_ylabel("fraction of jobs")
-    ax.legend(fontsize="small")
-    ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return _cdf({n: [t / 3600.0 for t in m.jcts] for n, m in metrics.items()}, path,
+                "job completion time, h (log)", "fraction of jobs")
 
 
 def binned_utilization(m: Metrics, bins: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:
