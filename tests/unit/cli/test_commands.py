@@ -73,8 +73,9 @@ def test_explain_running_waiting_unknown(run: Run, server: ApiServer) -> None:
     assert res.exit_code == 1 and "themis: error: job 999 is not managed by Themis" in res.output
     doc = json.loads(run("explain", "10", "--url", server.url, "--json").output)
     assert set(doc) == {"meta", "job", "app", "summary", "rounds", "placement", "lease", "events", "estimate",
-                        "tenancy"}
+                        "tenancy", "room"}
     assert doc["tenancy"] is None  # flat (tenancy.levels [app])
+    assert doc["room"] is None  # a running job (and one that needs no CPUs or memory)
     assert doc["estimate"]["calibration_factor"] == 1.0 and "Estimate:  " in out
 
 
