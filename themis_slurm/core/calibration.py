@@ -29,6 +29,13 @@ it was first given, the user's word, in ideal GPU-seconds):
   give: a raise from it is proven by work already done, and it needs no completion. A liar whose 13
   running jobs pass their 1-minute claims has, 90 s into them, a pooled median of 1.5 and at 5 minutes
   of 5: their waiting jobs' estimates follow (/ the 1.25 tolerance) at every round, not after 10 jobs.
+  A raise only: it applies when it is above what the user's finished jobs (or the cluster's prior, for a
+  user without them) already give. A user whose started jobs prove more than their finished ones
+  **loses the shield of that history** for the peer floor below: their history said their claims were
+  good, their present jobs say they are not, so their claims count as a newcomer's (measured: a liar
+  that first ran 10 one-minute jobs with exact estimates and then claimed one minute for five was, 95 s
+  into those jobs, counted at 90 s, rising with their run time to 300 s at 5 minutes; it is now counted
+  at 300 s from 95 s on).
 * A user with at least ``min_jobs`` finished jobs gets **their own factor** from two medians of their
   ratios: the plain one and the work-weighted one (each job weighs its true work). Medians, not means:
   one job that crashed early and exited 0 moves them little. An under-estimating user (weighted median,
@@ -46,23 +53,47 @@ it was first given, the user's word, in ideal GPU-seconds):
   1; and above 1 when most users who have their own factor are raised (the median of those factors),
   provided at least ``prior_users`` of them vote: a cluster where users typically understate treats a
   newcomer as typical, but one or two under-estimating users never raise anyone else's estimates.
-* **The claim of a user without a factor of their own is bounded by their peers'** (``peer_floor``):
-  their words count for nothing yet, so when their median claimed run time is more than
+* **The claim of a user without a factor of their own is bounded by their peers'** (``peer_floor``; and
+  of a user whose started jobs contradict their history, above): their words count for nothing yet, so
+  when their median claimed run time is more than
   ``peer_tolerance`` (2) times below the lowest of the other present users' median claims (one value per
   user; claims compared as given, before anyone's calibration, like with like), it is raised to that
-  lowest claim, and then scaled by the cluster's prior. Stated bound: *a user without evidence is seen,
-  in median, no shorter than the cluster's prior x the shortest other user's median claim / peer_tolerance*.
+  lowest claim, and then scaled by the cluster's prior.
   The issue's liar (1 minute claimed against 5) is counted at 5 minutes; a claim within the tolerance
   wins at most what being that much shorter wins, until the user's started jobs prove more (above) or
   ``min_jobs`` of them finish. A user *proven* short (their own factor raises) who still claims shorter
   than every other user loses the tolerance: they are raised to that lowest claim, at most to their full
-  correction (weighted median, not / raise_above). The lowest of the peers, not their median, and a
+  correction (weighted median, not / raise_above). When both rules apply (a newcomer, or a contradicted
+  history, whose started jobs prove a raise), the larger counts: before, the proven raise replaced the
+  newcomer's floor, and a liar counted at 5 minutes from its first round fell to 90 s once its jobs had
+  run 90 s (the evidence of its lie lowered its estimates). The lowest of the peers, not their median, and a
   tolerance of 2: a newcomer whose jobs are honestly short is raised only when they claim much shorter
   than everybody. In the evaluation's workloads every app is its own user, so a newcomer all its life:
   with a tolerance of 1.25, 52 of its runs moved (Themis's max rho by -0.07 to +0.10, from apps whose
   median job was 1.3-1.7 times shorter than the next app's); with 2, 16 runs moved, Themis's max rho in
   three (contention 2: 1.046 -> 1.087; docs/design.md). A liar who runs a second account with short
   claims of its own can hide behind it (that account's jobs must exist and run).
+
+**The bound** (tested as properties in tests/unit/core/test_calibration_gaming.py), with ``floor`` the
+lowest of the other present users' median claims, ``prior`` the cluster's prior and ``own`` the user's
+factor from their evidence (finished jobs, raised by started ones), each user is seen, in median:
+
+1. without evidence of their own (no factor from finished jobs, no raise from started ones): no shorter
+   than prior x floor / peer_tolerance;
+2. without a factor from finished jobs, or with one their started jobs prove too low, and claiming more
+   than peer_tolerance times below the floor: no shorter than prior x floor;
+3. proven short (own > 1) and claiming below the floor: no shorter than min(floor, claim x own x
+   raise_above);
+
+and *evidence never lowers*: the factor with a user's started jobs is never below the factor without
+them (same finished jobs, same claims). What it does not bound: the order of the first round. A claim
+within the tolerances is the user's word until their jobs run past it, and a job Themis has started keeps
+its GPUs to the end of its lease and is renewed unless a worse-off app outbids a restart; so a short
+claim can win the first lease (81-85% of the first minute), and with one app per job in waves of equal
+jobs, where each wave's GPUs go to one user, the first wave's winner holds 58-66% of the first 15
+minutes, as the honest user who asks first does (benchmarks/estimate_gaming.py). A claim 1.2 times too
+short (within both tolerances) is never caught and wins the same; with tenancy levels (user, app) the
+user's quota holds every case to 50-54% of the first 15 minutes.
 
 A factor below 1 lowers a user's own estimates, and the caller floors the result where it has a floor
 (themisd: ``estimates.min_s``): calibration never gives a user an estimate they could not have asked for
@@ -300,7 +331,7 @@ def with_present(learned: Calibration, histories: Mapping[str, UserHistory],
     if cfg.running:
         for user, p in present.items():
             proven = _proven_raise(histories.get(user), p, cfg)
-            if proven is not None and proven > by_user.get(user, 0.0):
+            if proven is not None and proven > learned.factor(user):  # a raise, never below the prior
                 by_user[user] = proven
                 running.add(user)
     peers: dict[str, float] = {}
@@ -310,15 +341,31 @@ def with_present(learned: Calibration, histories: Mapping[str, UserHistory],
             lowest = sorted(typical.values())[:2]
             for user, mine in typical.items():
                 floor = lowest[1] if mine == lowest[0] else lowest[0]  # the lowest of the *others*
-                own = by_user.get(user)
-                if own is None:  # no evidence: the claim counts for no less than the peers'
-                    if floor > mine * cfg.peer_tolerance:
-                        peers[user] = min(max(learned.cluster * floor / mine, MIN_FACTOR), MAX_FACTOR)
-                elif own > 1.0 and mine * own < floor:  # proven short, and still claiming shortest
-                    peers[user] = min(floor / mine, own * cfg.raise_above, MAX_FACTOR)
+                f = _peer_factor(mine, floor, by_user.get(user), user in running, learned.cluster, cfg)
+                if f is not None:
+                    peers[user] = f
     if not running and not peers:
         return learned
     return Calibration(by_user, learned.cluster, learned.counts, peers, frozenset(running))
+
+
+def _peer_factor(mine: float, floor: float, own: float | None, contradicted: bool, cluster: float,
+                 cfg: CalibrationConfig) -> float | None:
+    """The factor the peer floor sets for a user claiming `mine` (median) when the lowest other user's
+    median claim is `floor`, or None when it sets none (module docstring). `own` is the user's factor from
+    their evidence (finished jobs, raised by started ones), `contradicted` whether their started jobs
+    proved more than their finished ones did (or the prior)."""
+    found: list[float] = []
+    # no evidence of their own, or a history their running jobs prove wrong: their word counts for no
+    # less than the peers' (beyond the tolerance), as a newcomer's
+    if (own is None or contradicted) and floor > mine * cfg.peer_tolerance:
+        found.append(min(max(cluster * floor / mine, MIN_FACTOR), MAX_FACTOR))
+    if own is not None and own > 1.0 and mine * own < floor:  # proven short, and still claiming shortest
+        found.append(min(floor / mine, own * cfg.raise_above, MAX_FACTOR))
+    if not found:
+        return None
+    f = max(found)
+    return f if own is None or f > own else None  # evidence of a lie never lowers the estimates it raised
 
 
 def _proven_raise(history: UserHistory | None, p: Present, cfg: CalibrationConfig) -> float | None:

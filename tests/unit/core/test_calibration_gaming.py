@@ -153,6 +153,45 @@ def test_users_with_evidence_keep_their_words_unless_proven_short() -> None:
     assert cal.factor("m") == pytest.approx(2.0)
 
 
+def test_a_history_the_running_jobs_contradict_no_longer_shields_the_claims() -> None:
+    """Issue #33's liar with a history: ten one-minute jobs with exact estimates, then one-minute claims
+    for five-minute jobs next to an honest user's five-minute claims."""
+    h = {"liar": UserHistory.of([(1.0, 60.0)] * 10, 10)}
+    present = {"honest": Present.of([300.0] * 16), "liar": Present.of([60.0] * 13)}
+    # while its jobs are inside their claims, its history speaks for it: its own factor, 1
+    cal = calibrate(h, CFG, {**present, "liar": running(13, 60.0, 50.0)})
+    assert cal.factor("liar") == 1.0 and cal.source("liar") == FROM_USER
+    # 90 s into them: the pool is ten finished jobs at 1.0 (600 GPU-s) and 13 started at >= 1.5 (1,170):
+    # the weighted median is 1.5, a raise to 1.2 > 1. The history is contradicted, so the claims count as a
+    # newcomer's: 300 > 60 x 2, counted at 300 (factor 5). Before, the proven-short floor alone: at most
+    # the full correction, 1.2 x 1.25 = 1.5 (90 s), rising with the jobs' run time
+    cal = calibrate(h, CFG, {**present, "liar": running(13, 60.0, 90.0)})
+    assert cal.factor("liar") == pytest.approx(5.0) and cal.source("liar") == FROM_PEERS
+    assert calibrate(h, CFG, {"liar": running(13, 60.0, 90.0)}).source("liar") == FROM_RUNNING
+    # within the peer tolerance of the honest user's claims (100 < 60 x 2): the proven-short floor alone,
+    # 100 / 60 = 1.67 capped at the full correction 1.5
+    cal = calibrate(h, CFG, {"honest": Present.of([100.0]), "liar": running(13, 60.0, 90.0)})
+    assert cal.factor("liar") == pytest.approx(1.5)
+
+
+def test_evidence_of_a_lie_never_lowers_the_estimates() -> None:
+    # a newcomer claiming 60 s against 300 s: the peer floor counts it at 300 (factor 5)
+    present = {"honest": Present.of([300.0] * 8), "liar": Present.of([60.0] * 3)}
+    assert calibrate({}, CFG, present).factor("liar") == pytest.approx(5.0)
+    # three of its jobs at 90 s prove a raise of 1.5 / 1.25 = 1.2; before, that replaced the floor: min(5,
+    # 1.2 x 1.25) = 1.5. Now the larger of the two rules: still 5
+    present["liar"] = running(3, 60.0, 90.0)
+    cal = calibrate({}, CFG, present)
+    assert cal.factor("liar") == pytest.approx(5.0) and cal.source("liar") == FROM_PEERS
+    # a raising prior (three users raised by 4) is not replaced by a smaller proven raise (1.2)
+    raised = {u: hist(5.0, 5.0, 5.0) for u in ("a", "b", "c")}
+    cal = calibrate(raised, CFG, {"n": running(3, 60.0, 90.0)})
+    assert cal.factor("n") == pytest.approx(4.0) and cal.source("n") == FROM_CLUSTER
+    # a proven raise above the prior does apply: 3 jobs at 360 s of 60 (ratio 6): 6 / 1.25 = 4.8
+    cal = calibrate(raised, CFG, {"n": running(3, 60.0, 360.0)})
+    assert cal.factor("n") == pytest.approx(4.8) and cal.source("n") == FROM_RUNNING
+
+
 def test_with_present_is_calibrate_in_two_steps_and_returns_the_same_object_when_nothing_applies() -> None:
     h = {"a": hist(0.5, 0.5, 0.5), "b": hist(5.0, 5.0, 5.0)}
     present = {"a": Present.of([100.0]), "b": Present.of([100.0]), "c": running(3, 60.0, 150.0, claim=30.0)}
@@ -167,28 +206,67 @@ claims = st.floats(min_value=10.0, max_value=1000.0, allow_nan=False)
 ratios = st.floats(min_value=0.05, max_value=20.0, allow_nan=False)
 
 
+#: (first estimate, done) of a started job: done up to 8 times the estimate
+overrun = st.floats(min_value=0.0, max_value=8.0, allow_nan=False)
+started_jobs = st.lists(st.tuples(claims, overrun).map(lambda t: (t[0], t[0] * t[1])), max_size=8)
+
+
 @settings_
 @given(
     st.dictionaries(st.sampled_from("abcdefg"), claims, min_size=2),
     st.dictionaries(st.sampled_from("abcdefg"), st.lists(ratios, min_size=1, max_size=6)),
+    st.dictionaries(st.sampled_from("abcdefg"), started_jobs),
 )
-def test_the_stated_bound(mine: dict[str, float], past: dict[str, list[float]]) -> None:
-    """The bound (module docstring): a user without evidence of their own is seen, in median, no shorter than
-    the cluster's prior x the lowest of the other users' median claims / peer_tolerance; a user proven short
-    no shorter than the smaller of that lowest claim and their claim x their full correction."""
+def test_the_stated_bound(
+    mine: dict[str, float], past: dict[str, list[float]], runs: dict[str, list[tuple[float, float]]]
+) -> None:
+    """The bound (module docstring), each user seen in median: (1) without evidence of their own no shorter
+    than the cluster's prior x the lowest of the other users' median claims (floor) / peer_tolerance; (2)
+    without a factor from finished jobs or with one their started jobs prove too low, when claiming more
+    than peer_tolerance below the floor, no shorter than prior x floor; (3) proven short, no shorter than
+    the smaller of the floor and their claim x their full correction; honest or long estimates with
+    nothing proven by started jobs: the user's own factor."""
     h = {u: hist(*rs) for u, rs in past.items()}
-    present = {u: Present.of([c]) for u, c in mine.items()}
+    present = {u: Present.of([c], runs.get(u, ())) for u, c in mine.items()}
     learned = calibrate(h, CFG)
     cal = calibrate(h, CFG, present)
+    tol = 1 - 1e-9
     for u, c in mine.items():
         floor = min(v for w, v in mine.items() if w != u)
         seen = c * cal.factor(u)
-        own = learned.by_user.get(u)
         if cal.factor(u) == MAX_FACTOR:
             continue  # the clamp: estimates are never raised past 100x
-        if own is None:
-            assert seen >= learned.cluster * floor / CFG.peer_tolerance * (1 - 1e-9), (u, c, floor, cal)
-        elif own > 1.0:
-            assert seen >= min(floor, c * own * CFG.raise_above) * (1 - 1e-9), (u, c, floor, cal)
-        else:
+        mine_own = learned.by_user.get(u)
+        own = cal.by_user.get(u)  # with the raise proven by started jobs
+        contradicted = u in cal.running
+        if own is None:  # (1)
+            assert seen >= learned.cluster * floor / CFG.peer_tolerance * tol, (u, c, floor, cal)
+        if (mine_own is None or contradicted) and floor > c * CFG.peer_tolerance:  # (2)
+            assert seen >= learned.cluster * floor * tol, (u, c, floor, cal)
+        if own is not None and own > 1.0:  # (3)
+            assert seen >= min(floor, c * own * CFG.raise_above) * tol, (u, c, floor, cal)
+        if own is not None and own <= 1.0:
             assert cal.factor(u) == own, "evidence of honest or long estimates: the user's own factor"
+
+
+@settings_
+@given(
+    st.dictionaries(st.sampled_from("abcdefg"), claims, min_size=1),
+    st.dictionaries(st.sampled_from("abcdefg"), st.lists(ratios, min_size=1, max_size=12)),
+    st.dictionaries(st.sampled_from("abcdefg"), started_jobs),
+    st.sampled_from([None, 0.5, 2.0]),
+)
+def test_evidence_never_lowers_a_factor(
+    mine: dict[str, float],
+    past: dict[str, list[float]],
+    runs: dict[str, list[tuple[float, float]]],
+    prior: float | None,
+) -> None:
+    """Started jobs are evidence for raising only: with them every user's factor is at least what it is
+    without them (same finished jobs, same claims)."""
+    cfg = CalibrationConfig(min_jobs=3, window=10, prior=prior)
+    h = {u: hist(*rs) for u, rs in past.items()}
+    without = calibrate(h, cfg, {u: Present.of([c]) for u, c in mine.items()})
+    with_runs = calibrate(h, cfg, {u: Present.of([c], runs.get(u, ())) for u, c in mine.items()})
+    for u in mine:
+        assert with_runs.factor(u) >= without.factor(u) * (1 - 1e-12), (u, without, with_runs)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from themis_slurm.core.calibration import FROM_PEERS, FROM_RUNNING, CalibrationConfig
+from themis_slurm.core.calibration import FROM_PEERS, FROM_RUNNING, FROM_USER, CalibrationConfig
 from themis_slurm.core.topology import Topology
 from themis_slurm.daemon.config import EstimatesConfig
 from themis_slurm.daemon.loop import Daemon
@@ -20,7 +20,7 @@ from themis_slurm.policies import make_policy
 from themis_slurm.sim.engine import SimConfig, simulate
 from themis_slurm.sim.trace import TraceJob
 
-from .conftest import daemon_config
+from .conftest import daemon_config, run
 from .fake_slurm import FakeSlurm
 
 BEFORE = dict(calibration_running=False, calibration_peer_floor=False, calibration_prior_users=10**9)
@@ -147,3 +147,35 @@ class Ticking(Recorder):
 
     def next_wakeup(self, now: float) -> float | None:
         return now + 30.0
+
+
+def test_a_history_its_running_jobs_contradict_no_longer_shields_a_liar(tmp_path: Path) -> None:
+    """Three GPUs, min_jobs 3: user u first completes three 60 s jobs claiming 60 s (its own factor, 1),
+    then claims 60 s for four 600 s jobs next to h's job claiming 300 s. Once u's running jobs have run far
+    enough past 60 s to outweigh that history, it is contradicted and u's claims count as a newcomer's:
+    at h's 300 s (factor 5), not at u's proven ratio / 1.25 as before (core/calibration.py)."""
+    slurm = FakeSlurm(Topology.uniform(1, 1, 3))
+    cfg = config(tmp_path, calibration_min_jobs=3, calibration_window=10)
+    store = Store(cfg.db_path)
+    try:
+        d = Daemon(cfg, slurm, store)
+        warmup = [slurm.submit("u", "warmup", 1, 60.0, est_s=60.0) for _ in range(3)]
+        run(d, slurm, 120)
+        assert all(j in slurm.completed for j in warmup)
+        d.cycle()
+        assert d.calibration().source("u") == FROM_USER and d.calibration().factor("u") == 1.0
+        ids = [slurm.submit("u", "sweep", 1, 600.0, est_s=60.0) for _ in range(4)]
+        slurm.submit("h", "a", 1, 300.0, est_s=300.0)
+        seen: list[tuple[float, float, str]] = []  # (most run by a u job, u's factor, its source)
+        for _ in range(60):
+            d.cycle()
+            done = max((slurm.jobs[j].done_s for j in ids if j in slurm.jobs), default=0.0)
+            seen.append((done, d.calibration().factor("u"), d.calibration().source("u")))
+            slurm.advance(5.0)
+        assert all(f == 1.0 for done, f, _ in seen if done <= 75.0), "inside the claims x 1.25: its history"
+        late = [(f, src) for done, f, src in seen if done >= 200.0]
+        assert late and set(late) == {(5.0, FROM_PEERS)}, seen
+        waiting = [j for j in ids if d.store.job(j) is not None and d.store.job(j).intent == "waiting"]
+        assert waiting and {d.store.job(j).work for j in waiting} == {300.0}
+    finally:
+        store.close()

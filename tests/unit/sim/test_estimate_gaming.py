@@ -10,6 +10,7 @@ import pytest
 
 from themis_slurm.core.arbiter import ArbiterConfig
 from themis_slurm.core.calibration import CalibrationConfig
+from themis_slurm.core.tenancy import FLAT, Tenancy
 from themis_slurm.core.topology import Topology
 from themis_slurm.policies import make_policy
 from themis_slurm.sim.engine import SimConfig, SimResult, simulate
@@ -34,9 +35,11 @@ def case(packaging: str, waves: int, liar_claim_s: float) -> list[TraceJob]:
     return jobs
 
 
-def run(jobs: list[TraceJob], lease_s: float, cal: CalibrationConfig) -> SimResult:
+def run(jobs: list[TraceJob], lease_s: float, cal: CalibrationConfig, tenancy: Tenancy = FLAT) -> SimResult:
     policy = make_policy("themis", ArbiterConfig(lease_s=lease_s, restart_cost_s=60.0))
-    cfg = SimConfig(record_allocations=True, round_interval_s=5.0, restart_cost_s=60.0, calibration=cal)
+    cfg = SimConfig(
+        record_allocations=True, round_interval_s=5.0, restart_cost_s=60.0, calibration=cal, tenancy=tenancy
+    )
     return simulate(jobs, Topology.uniform(2, 2, 4), policy, cfg)
 
 
@@ -124,3 +127,39 @@ def test_exact_estimates_still_change_nothing_with_many_users() -> None:
         (j.job_id, j.first_start, j.finish) for j in off.jobs
     ]
     assert not math.isnan(on.jobs[0].finish)
+
+
+def test_a_history_its_running_jobs_contradict_no_longer_shields_a_liar() -> None:
+    """Three GPUs, min_jobs 3. User u first runs three 60 s jobs claiming 60 s (a history of exact
+    estimates, factor 1); at t = 100 it submits four 600 s jobs claiming 60 s, and user h one claiming 300 s.
+    u's first three run; once they have run past 75 s (60 x 1.25) their overrun outweighs the history and
+    contradicts it, and u's claims count as a newcomer's: its waiting job at 300 s (h's claim), at once.
+    With the rules before, it rose with their run time (91 s at 91 s: capped by the full correction)."""
+
+    def waiting_estimate(cal: CalibrationConfig) -> dict[float, float]:
+        jobs = [TraceJob(f"w{i}", "u/warmup", "u", 0.0, 1, 60.0, estimate_s=60.0) for i in range(3)]
+        jobs += [TraceJob(f"j{i}", "u/sweep", "u", 100.0, 1, 600.0, estimate_s=60.0) for i in range(4)]
+        jobs.append(TraceJob("h0", "h/a", "h", 101.0, 1, 300.0, estimate_s=300.0))
+        spy = Spy(Ticking())
+        simulate(jobs, Topology.uniform(1, 1, 3), spy, SimConfig(calibration=cal))
+        return works(spy, "j3")
+
+    seen = waiting_estimate(CalibrationConfig(min_jobs=3, window=10))
+    # the calls come every 30 s from h's arrival (101 s)
+    assert seen[161.0] == 60.0, "61 s into its claims of 60 s: nothing proven, the history speaks"
+    # 91 s: a ratio of 1.52 proven, the history contradicted; before, the peer floor of a user proven
+    # short allowed at most the full correction: 91 s
+    assert seen[191.0] == pytest.approx(300.0)
+    assert seen[311.0] == pytest.approx(300.0)
+    # and the proven raise still counts where it is more: 391 s of 60 is 6.5, / 1.25 = 5.2 (312 s)
+    assert seen[491.0] == pytest.approx(391.0 / 1.25)
+
+
+@pytest.mark.parametrize("lease, packaging, waves", CASES)
+def test_with_user_quotas_no_liar_gets_more_than_55_percent(lease: float, packaging: str, waves: int) -> None:
+    """With tenancy at the user level (each user's apps within its share: themisd's levels auto without
+    accounting) every liar of benchmarks/estimate_gaming.py, including the ones the rules on estimates do
+    not bound (claims 160 s and 250 s for 300 s), holds at most 55% of the first 15 minutes."""
+    for claim in (60.0, 160.0, 250.0):
+        res = run(case(packaging, waves, claim), lease, CalibrationConfig(), Tenancy(("user", "app")))
+        assert second_share(res, 900.0) <= 0.55, claim
