@@ -86,14 +86,15 @@ factor from their evidence (finished jobs, raised by started ones), each user is
    raise_above);
 
 and *evidence never lowers*: the factor with a user's started jobs is never below the factor without
-them (same finished jobs, same claims). What it does not bound: the order of the first round. A claim
-within the tolerances is the user's word until their jobs run past it, and a job Themis has started keeps
-its GPUs to the end of its lease and is renewed unless a worse-off app outbids a restart; so a short
-claim can win the first lease (81-85% of the first minute), and with one app per job in waves of equal
-jobs, where each wave's GPUs go to one user, the first wave's winner holds 58-66% of the first 15
-minutes, as the honest user who asks first does (benchmarks/estimate_gaming.py). A claim 1.2 times too
-short (within both tolerances) is never caught and wins the same; with tenancy levels (user, app) the
-user's quota holds every case to 50-54% of the first 15 minutes.
+them (same finished jobs, same claims). What it does not bound: the order of equal work. A claim within
+the tolerances is the user's word until their jobs run past it, and a job Themis has started keeps its
+GPUs to the end of its lease and is renewed unless a worse-off app outbids a restart; so a short claim can
+win the first lease (81-85% of the first minute with one app per job), and in waves of equal jobs, where
+each wave's GPUs go mostly to one user, the user who wins two of the first three waves holds 58-66% of the
+first 15 minutes, as the honest user who asks first does (benchmarks/estimate_gaming.py). Any claim below
+the others' can win such a tie, so no tolerance above 1 closes it; a claim 1.2 times too short (within
+both tolerances) is never caught. With tenancy levels (user, app) each user's quota holds every case to
+at most 53% of the first 15 minutes.
 
 A factor below 1 lowers a user's own estimates, and the caller floors the result where it has a floor
 (themisd: ``estimates.min_s``): calibration never gives a user an estimate they could not have asked for
