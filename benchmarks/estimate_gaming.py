@@ -25,7 +25,7 @@ The last rows are the cost of the bound: an honest newcomer whose jobs really ar
 est=1m) against a user of 16 thirty-minute jobs: the peer floor counts the newcomer's one minute as thirty
 until their own jobs prove otherwise; their mean job completion time before and after.
 
-    python benchmarks/estimate_gaming.py            # the tables (about 3 s)
+    python benchmarks/estimate_gaming.py            # the tables (about 6 s)
     python benchmarks/estimate_gaming.py --json     # the same numbers as JSON
 """
 
