@@ -21,18 +21,21 @@ throughputs) and ``scheduler/policies/isolated.py``:
 Ours, per app (each job its own app is Gavel's case): the same rho in GPU terms, an app's remaining work W
 (ideal GPU-seconds) at G GPUs taking max(W / G, P) with P its longest job's remaining run on its own GPUs;
 the isolated share G_iso = min(demand, GPUs x the app's fraction of the cluster) (1/N flat; the nested share
-with tenancy levels); C the app's work done, divided at each recomputation by the G_iso then.
+with tenancy levels); C the app's work done, each recomputation adding the work since the previous one over
+the G_iso of that previous one.
 
 * **Solved by bisection on the target r** (no LP solver): the least G with rho_a(G) <= r is
   W / (r D_a - t_a) when r D_a - t_a > P, with D_a = C_a + max(W / G_iso_a, P); r is feasible when every app
   has one, at most its demand, and they sum to at most the GPUs. The smallest feasible r (1e-6 relative) is
   the LP's optimum. When no r is feasible within 1e6, the demands are water-filled.
-* **The GPUs the optimum leaves** (every app that is not the bottleneck has room above its least G): the LP
-  fixes only the maximum, and ECOS returns a point inside the optimal face. We take that face's analytic
-  centre, where an interior-point method's path ends: it maximises sum_a [2 log(G_a - need_a) +
-  log(demand_a - G_a)] + log(GPUs - sum_a G_a) (the log barriers of the LP's constraints with the cone
-  variables of 1/X at their best; derived in docs/eval/discussion.md), solved by bisection on its one
-  multiplier. Then each app's GPUs over its jobs, X_j = min(1, share / width).
+* **The GPUs the optimum leaves** (while the cluster is not full of jobs, or one app's demand caps it, every
+  other app has room above its least G): the LP pins only the maximum and ECOS returns some point of the
+  optimal face. We take the face's analytic centre, where an interior-point method's central path ends:
+  it maximises sum_a [2 log(G_a - least_a) + log(demand_a - G_a)] + log(GPUs - sum_a G_a) (the LP's log
+  barriers, with the cone variable of each 1/X at its best; docs/eval/discussion.md derives it), solved by
+  bisection on its one multiplier. ECOS stops short of it (measured there: its point differs by up to 0.2
+  in X), and which point of the face is taken moves the max rho of a trace by several percent.
+  Then each app's GPUs over its jobs, X_j = min(1, share / width).
 """
 
 from __future__ import annotations
