@@ -13,7 +13,7 @@ mean JCT; for our ftf and maxmin also the max rho against Gavel's counterpart an
 per round and so holds its GPUs for one more, nearly idle, round at its end (gavel_reference.py): the
 setting in which a policy's faithfulness to Gavel's is judged (docs/eval/discussion.md).
 
-    python benchmarks/gavel_reference.py                  # the table, about 15 s
+    python benchmarks/gavel_reference.py                  # the table, about 5 s
     python benchmarks/gavel_reference.py --json
     python benchmarks/gavel_reference.py --traces 11,14 --policies ftf --gavel-steps
 
