@@ -42,7 +42,7 @@ daemon_dir = e2e.daemon_dir  # the fixture: a folder themisd's account can reach
 
 GOLD, SILVER = "themis-e2e-gold", "themis-e2e-silver"
 SSHARE = ["sshare", "-P", "-a", "-n", "-o", "Account,User,RawShares"]
-TREE_LINE = re.compile(r"tenancy: account -> user -> app, (\d+) accounts, (\d+) users \(shares from slurm\)")
+TREE_LINE = re.compile(r"tenancy: account -> user -> app, (\d+) accounts?, (\d+) users? \(shares from slurm\)")
 
 
 def _sacctmgr(cluster: Cluster, *args: str) -> None:

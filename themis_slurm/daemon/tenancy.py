@@ -99,9 +99,10 @@ def resolve(cfg: TenancyConfig, source: TreeSource | None) -> Resolved:
     tree = source.tree()
     parts = []
     if "account" in levels:
-        parts.append(f"{len(tree.account_names)} accounts")
+        n = len(tree.account_names)
+        parts.append(f"{n} account{'' if n == 1 else 's'}")
     users = {u for (a, u) in tree.users if a != ROOT}
-    parts.append(f"{len(users)} users")
+    parts.append(f"{len(users)} user{'' if len(users) == 1 else 's'}")
     return Resolved(tree.tenancy(levels), f"{arrows(levels)}, {', '.join(parts)} (shares from slurm)", tree)
 
 
