@@ -14,7 +14,7 @@ whatever happens (jobs cancelled first: Slurm refuses to delete an account with 
    every second (the managed jobs Slurm shows running, by their Slurm account) and reports the numbers.
 3. Two users of one account (both in themis-e2e-gold, one share each), themisd with its default tenancy:
    alice splits her work into 16 apps, bob submits it as one array; splitting buys alice nothing (at most 5%
-   more GPU time than bob), and her apps' turns on her GPUs cost her a little (she gets at least 0.85 of his).
+   more GPU time than bob), and she is not starved (at least 0.85 of his).
 """
 
 from __future__ import annotations
@@ -269,10 +269,10 @@ def test_splitting_buys_a_user_nothing_within_an_account(one_account: Cluster, d
     """Two users of one account with equal shares, themisd's default tenancy (auto: account -> user -> app):
     alice splits her work into one app per job, bob submits the same work as one array. Splitting buys alice
     nothing: at most 5% more GPU time than bob (with the levels [app], the paper's 1/N per app, she held
-    about 95% of it: the issue's measurement). She may get a little less: at each lease expiry her 16 apps
-    take turns on her GPUs (a waiting app's rho grows), and a turn costs the checkpoint, requeue and restart
-    of a job, while bob's one app keeps its jobs in place. Measured here: alice/bob 0.96 and 0.99 on an idle
-    machine, 0.91 under a loaded CI run; the floor of 0.85 says she is never starved."""
+    about 95% of it: the issue's measurement). Over four 20 s leases the ratio moves by a few percent either
+    way with when jobs start and how long a preempted job takes to leave (grace, requeue): measured alice/bob
+    0.96, 0.99 and 1.03 on an idle machine and 0.91 in a CI run with four clusters busy (the simulator, with
+    no such delays: 1.00-1.03). The floor of 0.85 says the splitter is not starved either."""
     cluster = one_account
     d = make_themisd(daemon_dir, cluster, log="tenancy-split.log")  # tenancy as themis.yaml's default
     total = cluster.nodes * cluster.gpus
