@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -17,3 +18,13 @@ def fixture_text():
         return (FIXTURES / name).read_text()
 
     return read
+
+
+@pytest.fixture
+def utc(monkeypatch):
+    """The fixtures were captured on UTC machines and scontrol prints local times: parse them in UTC."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()

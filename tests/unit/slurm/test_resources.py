@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from typing import Any
 
 import pytest
@@ -37,15 +36,6 @@ EXPECTED = [
 ]
 RUNNING = (4, 3072)  # themis-bob's job on node2: -c 4 --mem=3G
 
-
-@pytest.fixture
-def utc(monkeypatch):
-    """scontrol prints local times: parse the fixtures in the zone they were captured in (UTC)."""
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
 
 
 def _ours(jobs: list[SlurmJob]) -> tuple[SlurmJob, list[SlurmJob]]:

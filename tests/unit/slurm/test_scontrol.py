@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import pytest
 
@@ -13,16 +12,6 @@ from themis_slurm.slurm.scontrol import (
     parse_scontrol_jobs,
     parse_scontrol_nodes,
 )
-
-
-@pytest.fixture
-def utc(monkeypatch):
-    """The fixtures were captured on a UTC machine; scontrol prints local time."""
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
 
 
 def test_kv_line_free_text_and_repeated_keys():
