@@ -568,12 +568,12 @@ def _room_doc(ctx: Context, job: Doc) -> Doc | None:
     room = ctx.snapshot.room
     nodes = [n for n in (m.allowed_nodes if m.allowed_nodes is not None else room) if n in room]
     short = {n: room[n] for n in nodes if not room[n].fits(m.cpus_per_node, m.mem_per_node)}
+    fits = sorted(set(nodes) - set(short))
     return {"cpus": m.cpus_per_node, "mem_mib": m.mem_per_node,
             "short": {n: {"cpus": r.cpus, "mem_mib": r.mem} for n, r in sorted(short.items())},
-            "fits": sorted(set(nodes) - set(short)),
+            "fits": fits,
             "reason": reasons.room_short(m.cpus_per_node, m.mem_per_node,
-                                         {n: (r.cpus, r.mem) for n, r in short.items()},
-                                         sorted(set(nodes) - set(short)))}
+                                         {n: (r.cpus, r.mem) for n, r in short.items()}, fits)}
 
 
 def _past_job(ctx: Context, job_id: str) -> Doc | None:

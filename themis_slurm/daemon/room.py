@@ -34,7 +34,7 @@ from themis_slurm.core.state import ClusterState
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import Job
 from themis_slurm.daemon.store import JobRow
-from themis_slurm.slurm.model import ManagedJob, Snapshot
+from themis_slurm.slurm.model import ManagedJob, Snapshot, room_fits
 
 #: intents of jobs Themis placed that Slurm has not started on their planned nodes yet
 PLANNED = ("granted", "starting", "warning", "warned", "requeueing")
@@ -48,7 +48,7 @@ class Room:
     mem: int | None
 
     def fits(self, cpus: int, mem: int) -> bool:
-        return (self.cpus is None or cpus <= self.cpus) and (self.mem is None or mem <= self.mem)
+        return room_fits(self.cpus, self.mem, cpus, mem)
 
     def add(self, cpus: int, mem: int, sign: int = 1) -> None:
         if self.cpus is not None:

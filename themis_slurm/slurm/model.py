@@ -79,7 +79,12 @@ class NodeRoom:
 
     def fits(self, cpus: int, mem: int) -> bool:
         """True when a job needing `cpus` CPUs and `mem` MiB on this node could start here now."""
-        return (self.cpus is None or cpus <= self.cpus) and (self.mem is None or mem <= self.mem)
+        return room_fits(self.cpus, self.mem, cpus, mem)
+
+
+def room_fits(free_cpus: int | None, free_mem: int | None, cpus: int, mem: int) -> bool:
+    """Whether `cpus` CPUs and `mem` MiB fit what a node has free (None: not counted, never short)."""
+    return (free_cpus is None or cpus <= free_cpus) and (free_mem is None or mem <= free_mem)
 
 
 @dataclass(frozen=True)
