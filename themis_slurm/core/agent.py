@@ -1,7 +1,8 @@
 """An app's agent: turns offered GPUs into a valuation table (bundles and the rho each would give).
 
 The agent packs the app's waiting gangs into offered GPUs one by one, in the app's own order (lease
-holders first so that winning again means staying in place, then jobs by submit time), each at the
+holders first so that winning again means staying in place, then :func:`pace_order`: the jobs that
+cannot wait without delaying the app's finish longest first, the others shortest first), each at the
 tightest placement the pool allows (:meth:`Pool.find`). A bundle is a prefix of that sequence: its value is
 the rho the app would reach with it. The authors' agent enumerates GPU subsets and keeps the best-placed
 bundle per size; packing gang by gang gives the same best-placed bundle per size in O(gangs) placements
@@ -18,13 +19,14 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from themis_slurm.core.fairness import FairnessModel, virtual_lateness
-from themis_slurm.core.job_facts import JobFactsCache
+from themis_slurm.core.job_facts import JobFacts, JobFactsCache
 from themis_slurm.core.placement import Pool, Profile, get_profile, throughput
 from themis_slurm.core.quick_init import quick_init
 from themis_slurm.core.topology import Level
 from themis_slurm.core.workload import App, Job
 
-_ORDER = attrgetter("order")  # JobFacts.order: the bidding order after lease holders
+_ORDER = attrgetter("order")  # JobFacts.order: shortest remaining run first
+_LONGEST = attrgetter("longest_first")  # JobFacts.longest_first: longest remaining run first
 
 #: A pool's search, :meth:`Pool.place` or :meth:`Pool.place_among`: (gpus, gpus_per_node, nodes, the nodes to use)
 Search = Callable[..., tuple[frozenset[int], Level] | None]
@@ -102,49 +104,52 @@ class Agent:
         self.now = now
         self.base = base_throughput
         self.homes = home = dict(homes or {})
-        # renewals first (keep running in place), then the longest remaining job first (LPT: the app's
-        # finish time is its last job's, so the critical path starts first), then by submit time
+        # renewals first (keep running in place), then the jobs that cannot wait longest first and the rest
+        # shortest first (pace_order: short jobs first wherever that keeps the app on its private-share pace)
         cache = model.job_facts
         assert cache is not None
         self._facts = cache  # each job's allowed nodes in topology order (_search)
-        # The jobs other than lease holders are ordered and grouped once while they stay the same (kept in
-        # the cache: the simulator's waiting jobs are the same objects round after round); lease holders,
-        # which change at every expiry, go in front (see _order).
+        self._tid, self._remaining, self._path = model.facts(app)
+        self._elapsed = max(0.0, now - app.arrival)
+        self._total_work = model.total_work(app)
+        # The jobs other than lease holders are sorted once while they stay the same (kept in the cache:
+        # the simulator's waiting jobs are the same objects round after round); which of them cannot wait
+        # is asked at every round (it moves with the clock), and the order and kinds are made again only
+        # when that answer changes. Lease holders, which change at every expiry, go in front (_with_holders).
         jobs = list(jobs)
         rest = [j for j in jobs if j.id not in home] if home else jobs
         hit = cache.orders.get(app.id)
-        if hit is not None and hit[0] == rest:  # the same waiting jobs as last round: the same order and kinds
-            derived = hit[1]
+        if hit is None or hit[0] != rest:
+            hit = _Sorted(rest, cache)
+            cache.orders[app.id] = (rest, hit)
         else:
-            derived = _order(rest, cache)
-            cache.orders[app.id] = (rest, derived)
+            hit = hit[1]
+        derived = hit.derived(self._elapsed, self._tid, model.share_rate(app), self._remaining)
         if home:
             derived = _with_holders(derived, [j for j in jobs if j.id in home], cache)
-        self.jobs, self.kinds, self._plain, self._profiles, self._after = derived
-        self._total_work: float | None = None  # model.total_work(app), fetched when lateness() is first asked
-        self._tid, self._remaining, self._path = model.facts(app)
-        self._elapsed = max(0.0, now - app.arrival)
+        self.jobs, self.kinds, self._plain, self._profiles, self._after, longest = derived
         self._idle = model.idle_throughput
         self._times: tuple[float, ...] | None = None  # model.one_gpu_times(app), fetched when first needed
         self._wait_floor = 0.0  # T_sh's floor (after elapsed) at no extra GPU: see the class docstring
         if kept_free_s < math.inf and self.jobs:
-            # the longest waiting job: the first lease holder or the first other job (each part is sorted
-            # longest remaining run first, see _order)
-            heads = (self.jobs[0], self.jobs[len(self.homes)] if len(self.jobs) > len(self.homes) else self.jobs[0])
-            self._wait_floor = kept_free_s + max(j.remaining / j.gpus for j in heads)
+            self._wait_floor = kept_free_s + longest  # the longest waiting job starts no sooner
         self.rho_base = self.rho_of(0.0)
 
     def with_started(self, job_id: str, throughput: float) -> Agent:
         """This agent once one of its jobs has started outside the auction (a reservation): the job leaves
-        its bidding order and kinds, and its throughput joins the base. The same agent as building one
-        anew without the job (removing one job from a sorted order keeps it sorted), without re-sorting."""
+        its bidding order, kinds and virtual deadlines, and its throughput joins the base. The same agent as
+        building one anew without the job: its order is derived again (with one job fewer waiting, which
+        jobs cannot wait may change, and so the order and every position's deadline), once a round."""
         new = copy.copy(self)
         new.base = self.base + throughput
-        new.jobs = tuple(j for j in self.jobs if j.id != job_id)
-        new.kinds = tuple(k for k in (tuple(j for j in kind if j.id != job_id) for kind in self.kinds) if k)
-        new._plain = {k: v for k, v in self._plain.items() if k != job_id}
-        new._profiles = {k: v for k, v in self._profiles.items() if k != job_id}
-        new.homes = {k: v for k, v in self.homes.items() if k != job_id}
+        new.homes = homes = {k: v for k, v in self.homes.items() if k != job_id}
+        rest = [j for j in self.jobs if j.id != job_id and j.id not in homes]
+        cache = self._facts
+        derived = _Sorted(rest, cache).derived(self._elapsed, self._tid, self.model.share_rate(self.app),
+                                               self._remaining)  # fmt: skip
+        if homes:
+            derived = _with_holders(derived, [j for j in self.jobs if j.id in homes], cache)
+        new.jobs, new.kinds, new._plain, new._profiles, new._after, _ = derived
         new._wait_floor = 0.0  # what it keeps changed: no kept-GPU floor (T_sh can only be lower without it)
         new.rho_base = new.rho_of(0.0)
         return new
@@ -174,12 +179,9 @@ class Agent:
 
     def lateness(self, job: Job) -> float:
         """How late waiting `job` is against its app's private-share pace (:func:`fairness.virtual_lateness`:
-        now minus its virtual finish time, with the jobs in this agent's bidding order). The leftover hands
+        now minus its virtual finish time, that of its position in this agent's bidding order). The leftover hands
         out gangs to the latest first (``ArbiterConfig.leftover_order`` "deadline")."""
-        total = self._total_work
-        if total is None:
-            total = self._total_work = self.model.total_work(self.app)
-        return virtual_lateness(self._elapsed, self._tid, total, self._after[job.id])
+        return virtual_lateness(self._elapsed, self._tid, self._total_work, self._after[job.id])
 
     def gain_of(self, extra_throughput: float) -> float:
         return self.weight * (math.log(self.rho_base) - math.log(self.rho_of(extra_throughput)))
@@ -315,45 +317,161 @@ class Agent:
 
 
 #: what an agent derives from its jobs: (bidding order, kinds in bidding order, plain jobs -> their placement
-#: factors, job -> profile, job -> remaining work of the jobs after it in bidding order); see Agent.__init__
+#: factors, job -> profile, job -> the remaining work after its position (its virtual deadline, _derive), the
+#: longest remaining work per GPU among them); see Agent.__init__
 Derived = tuple[tuple[Job, ...], tuple[tuple[Job, ...], ...], dict[str, tuple[float, float, float, float]],
-                dict[str, Profile], dict[str, float]]  # fmt: skip
+                dict[str, Profile], dict[str, float], float]  # fmt: skip
 
 
-def _order(jobs: list[Job], cache: JobFactsCache) -> Derived:
-    """Jobs that hold no lease: sorted into bidding order (longest remaining run first, then submit time,
-    then id) and grouped by kind, kinds in bidding order (interchangeable jobs are placed once). Plain jobs
-    (no shape, not elastic, allowed on any node) are placed by the pool's plain best fit, which the greedy
-    fill calls directly (core/auction.py): a job restricted to some nodes must go through :meth:`Agent.place`."""
-    facts = list(map(cache.get, jobs))  # JobFacts keep their job: sort them, not the jobs (one lookup each)
-    facts.sort(key=_ORDER)
+def cannot_wait(facts: Sequence[JobFacts], ahead: Sequence[float], room: float, pace: float) -> tuple[int, ...]:
+    """Which jobs must start before the shorter ones to keep their app on its private-share pace.
+
+    `facts` are the app's waiting jobs shortest remaining run first (:attr:`JobFacts.order`), `ahead[i]`
+    the remaining work of the jobs before the i-th, `room` the time left until the finish the app must keep
+    (less its running jobs' remaining work at that pace; :meth:`_Sorted.derived`) and `pace` the work its
+    private share does per second (:meth:`FairnessModel.share_rate`). Served
+    shortest first at that pace, a job starts once the work ahead of it is done; it cannot wait when it
+    would then end after the finish: ``(work ahead) / pace + its run > room``. The jobs that cannot wait
+    go first, so the work ahead of a job that can is that of every shorter job and of every longer job
+    that cannot: decided longest first, each job's answer is final when it is reached. Once a job would
+    end in time with all the app's waiting work ahead of it, no shorter job can miss (the work ahead never
+    exceeds that), so the scan stops there. Returns the indices into `facts` of the jobs that cannot wait,
+    longest first. An app with no work to pace (`pace` 0) has none.
+    """
+    if pace <= 0.0 or not facts:
+        return ()
+    total = ahead[-1] + facts[-1].remaining
+    late = room - total / pace  # a job whose run is at most this ends in time behind all the waiting work
+    out: list[int] = []
+    before = 0.0  # remaining work of the longer jobs that cannot wait (they go first)
+    for i in range(len(facts) - 1, -1, -1):
+        f = facts[i]
+        if f.run_left <= late:
+            break
+        if (ahead[i] + before) / pace + f.run_left > room:
+            out.append(i)
+            before += f.remaining
+    return tuple(out)
+
+
+#: How much later than its fluid finish an app already behind its private-share pace may end, as a fraction
+#: of its longest waiting run, to serve its short jobs first (:meth:`_Sorted.derived`; docs/design.md, "Agents
+#: and valuation tables", and docs/eval/discussion.md, "The order inside an app", for the values measured).
+BEHIND_ALLOWANCE = 0.0
+
+
+class _Sorted:
+    """An app's jobs that hold no lease, sorted shortest first with the running sums :func:`cannot_wait`
+    reads, and the Derived of the last answer it gave (kept in JobFactsCache.orders while the jobs stay)."""
+
+    __slots__ = ("facts", "ahead", "last")
+
+    def __init__(self, jobs: list[Job], cache: JobFactsCache) -> None:
+        facts = list(map(cache.get, jobs))  # JobFacts keep their job: sort them, not the jobs
+        facts.sort(key=_ORDER)
+        self.facts = facts
+        ahead: list[float] = []
+        total = 0.0
+        for f in facts:
+            ahead.append(total)
+            total += f.remaining
+        self.ahead = ahead
+        self.last: tuple[tuple[int, ...], Derived] | None = None
+
+    def derived(self, elapsed: float, t_id: float, pace: float, remaining: float) -> Derived:
+        """The bidding order `elapsed` seconds after the app's arrival (:func:`pace_order`), kept while the
+        set of jobs that cannot wait is the same as last time.
+
+        `pace` is the work per second of the app's private share (FairnessModel.share_rate) and `remaining`
+        the app's whole remaining work, its running jobs' included. The finish the order keeps is the
+        private-share one, T_id; for an app already behind it (its remaining work at that pace, or its
+        longest waiting run, ends after T_id), the fluid finish of all its remaining work at that pace plus
+        :data:`BEHIND_ALLOWANCE` of its longest waiting run (measured against T_id alone, every job of such
+        an app is late and the order is longest first throughout). What the running jobs
+        have left is done first at the same pace, so it shortens the room of the waiting ones."""
+        facts = self.facts
+        urgent: tuple[int, ...] = ()
+        if pace > 0.0 and facts:
+            waiting = self.ahead[-1] + facts[-1].remaining
+            finish = t_id - elapsed
+            fluid = remaining / pace
+            longest = facts[-1].run_left
+            if fluid > finish or longest > finish:  # behind: no order ends the app by T_id at its pace
+                finish = max(finish, fluid + BEHIND_ALLOWANCE * longest)
+            room = finish - max(0.0, remaining - waiting) / pace
+            urgent = cannot_wait(facts, self.ahead, room, pace)
+        last = self.last
+        if last is not None and last[0] == urgent:
+            return last[1]
+        facts = self.facts
+        if urgent:
+            first = sorted((facts[i] for i in urgent), key=_LONGEST)
+            skip = set(urgent)
+            ordered = first + [f for i, f in enumerate(facts) if i not in skip]
+        else:
+            ordered = facts
+        d = _derive(ordered, facts)
+        self.last = (urgent, d)
+        return d
+
+
+def pace_order(jobs: list[Job], cache: JobFactsCache, elapsed: float, t_id: float, pace: float,
+               remaining: float) -> list[Job]:
+    """The bidding order of an app's jobs that hold no lease, `elapsed` seconds after its arrival, with T_id
+    `t_id`, private-share pace `pace` (work per second) and `remaining` work in all (running jobs'
+    included): the jobs that cannot wait (:func:`cannot_wait`, against the finish :meth:`_Sorted.derived`
+    keeps) longest remaining run first, then the others shortest remaining run first (ties: submit time,
+    then id). The app's finish is its last job's end, which longest first protects; every other job is
+    served shortest first, which lowers the mean completion time of its jobs (docs/design.md, "Agents and
+    valuation tables")."""
+    return list(_Sorted(jobs, cache).derived(elapsed, t_id, pace, remaining)[0])
+
+
+def _derive(facts: list[JobFacts], shortest_first: list[JobFacts]) -> Derived:
+    """Jobs that hold no lease, in bidding order `facts`: grouped by kind, kinds in bidding order
+    (interchangeable jobs are placed once), with the remaining work "after" each for its virtual deadline
+    (Agent.lateness). The k-th job of the order is due when the app's private-share run, serving its jobs
+    shortest first (`shortest_first`, the same jobs), has finished k of them: its "after" is the remaining
+    work of the n - k longest. So the deadlines fall along the bidding order (the leftover serves an app's
+    jobs in the order it bids them), and a progress report, which only lowers a remaining work, can make
+    no position earlier (a sum of the largest remaining works only falls): it cannot buy a place in the
+    leftover, even when it moves a job out of the jobs that cannot wait. Plain jobs (no shape, not elastic,
+    allowed on any node) are placed by the pool's plain best fit, which the greedy fill calls directly
+    (core/auction.py): a job restricted to some nodes must go through :meth:`Agent.place`."""
     groups: dict[tuple, list[Job]] = {}
     profiles: dict[str, Profile] = {}
     plain: dict[str, tuple[float, float, float, float]] = {}
     after: dict[str, float] = {}
     total = 0.0
-    for f in reversed(facts):  # last first: the remaining work after each job (virtual deadlines)
+    longest = 0.0
+    for f, s in zip(reversed(facts), reversed(shortest_first), strict=True):  # last first: the work after each
         after[f.job.id] = total
-        total += f.remaining
+        total += s.remaining
+        if f.rem_per_gpu > longest:
+            longest = f.rem_per_gpu
     for f in facts:
         j = f.job
         profiles[j.id] = profile = f.profile
         groups.setdefault(f.kind, []).append(j)
         if j.nodes is None and not j.elastic and f.allowed is None:
             plain[j.id] = profile.factors
-    return tuple(f.job for f in facts), tuple(tuple(g) for g in groups.values()), plain, profiles, after
+    return (tuple(f.job for f in facts), tuple(tuple(g) for g in groups.values()), plain, profiles, after,
+            longest)  # fmt: skip
 
 
 def _with_holders(rest: Derived, holders: list[Job], cache: JobFactsCache) -> Derived:
-    """:func:`_order`'s result for the other jobs with the lease holders in front, in bidding order among
-    themselves, each its own kind (a holder is renewed in place, so it is interchangeable with nobody) and
-    never plain (its home is tried first)."""
-    facts = sorted(map(cache.get, holders), key=_ORDER)
-    jobs, kinds, plain, profiles, after = rest
+    """The other jobs' Derived with the lease holders in front, longest remaining run first among
+    themselves (the jobs already running are the app's critical path as long as they keep their GPUs),
+    each its own kind (a holder is renewed in place, so it is interchangeable with nobody) and never plain
+    (its home is tried first)."""
+    facts = sorted(map(cache.get, holders), key=_LONGEST)
+    jobs, kinds, plain, profiles, after, longest = rest
     total = after[jobs[0].id] + cache.get(jobs[0]).remaining if jobs else 0.0
     holders_after: dict[str, float] = {}
     for f in reversed(facts):
         holders_after[f.job.id] = total
         total += f.remaining
+        if f.rem_per_gpu > longest:
+            longest = f.rem_per_gpu
     return (tuple(f.job for f in facts) + jobs, tuple((f.job,) for f in facts) + kinds, plain,
-            {**profiles, **{f.job.id: f.profile for f in facts}}, {**after, **holders_after})  # fmt: skip
+            {**profiles, **{f.job.id: f.profile for f in facts}}, {**after, **holders_after}, longest)  # fmt: skip

@@ -133,7 +133,16 @@ class FairnessModel:
             return hit[3]
         return self._compute(app)[3]
 
-    def _compute(self, app: App) -> tuple[App, tuple[float, float, float], int, float]:
+    def share_rate(self, app: App) -> float:
+        """The work per second of the app's private share, ``min(max_parallelism, C / N) x best_factor``
+        (T_id's fluid denominator; 0 for an app with no work): how fast its private-share run gets through
+        waiting jobs (the agent's order, core/agent.py :func:`~themis_slurm.core.agent.cannot_wait`)."""
+        hit = self._facts.get(id(app))  # type: ignore[attr-defined]
+        if hit is not None and hit[0] is app:
+            return hit[4]
+        return self._compute(app)[4]
+
+    def _compute(self, app: App) -> tuple[App, tuple[float, float, float], int, float, float]:
         """facts(app) and demand(app) in one pass over its jobs, kept for the model's life."""
         cache = self.job_facts
         assert cache is not None
@@ -194,12 +203,13 @@ class FairnessModel:
         t_path = app.finished_path if app.finished_path >= t_jobs else t_jobs
         total = app.finished_work + work
         if total <= 0:
-            t_id = 0.0
+            t_id = rate = 0.0
         else:
             share = min(float(max(app.peak_gpus, gpus)), self.cluster_gpus / max(1.0, app.contention))
             factor = work_factor / work if app.jobs else 1.0
-            t_id = max(total / (max(share, 1e-9) * factor), t_path)
-        entry = (app, (t_id, remaining, rem_path), gpus, total)
+            rate = max(share, 1e-9) * factor
+            t_id = max(total / rate, t_path)
+        entry = (app, (t_id, remaining, rem_path), gpus, total, rate)
         self._facts[id(app)] = entry  # type: ignore[attr-defined]
         return entry
 
@@ -242,17 +252,18 @@ class FairnessModel:
 def virtual_lateness(elapsed: float, t_id: float, total_work: float, remaining_after: float) -> float:
     """How late a waiting job is against its app's private-share pace: now minus its virtual finish time.
 
-    The app's private-share run does its whole work W in T_id, at the pace W / T_id. Take its jobs in the
-    agent's order (lease holders, then the longest remaining run first) after the work already done and
-    the work of the jobs that keep running: the run has done all work up to and including a job when only
-    `remaining_after` (the remaining work of the waiting jobs after it in that order) is left, that is at
-    T_id x (1 - remaining_after / W) after the app's arrival. The result is `elapsed` minus that: > 0 when
-    the job is past its virtual finish time. The leftover hands out gangs latest first (earliest
-    virtual deadline first, as weighted fair queueing serves virtual finish times; docs/design.md, "Leftover
-    and work conservation"). A job's virtual finish time does not move while it runs or waits, so two apps
+    The app's private-share run does its whole work W in T_id, at the pace W / T_id. Take its waiting jobs
+    after the work already done and the work of the jobs that keep running: the run has done all work up
+    to and including a job when only `remaining_after` is left, that is at T_id x (1 - remaining_after / W)
+    after the app's arrival. The agent gives the k-th job of its bidding order the `remaining_after` of the
+    k-th job of that run served shortest first (the remaining work of the n - k longest; core/agent.py
+    _derive). The result is `elapsed` minus that: > 0 when the job is past its virtual finish time. The
+    leftover hands out gangs latest first (earliest virtual deadline first, as weighted fair queueing serves
+    virtual finish times; docs/design.md, "Leftover and work conservation"). A job's virtual finish time
+    does not move while it runs or waits (while the app's jobs that cannot wait stay the same), so two apps
     do not take turns on the same GPUs; and a progress report, which only ever lowers remaining work, can
-    make no position in the app's list of virtual finish times earlier (the work after the k-th job is a
-    sum of the smallest remaining works). An app with no work left to estimate is never late.
+    make no position in the app's list of virtual finish times earlier (the work after the k-th position is
+    a sum of the largest remaining works). An app with no work left to estimate is never late.
     """
     if total_work <= 0.0:
         return -math.inf

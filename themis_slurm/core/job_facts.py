@@ -34,17 +34,23 @@ def job_sums(job: Job, factor: float) -> tuple[float, float, float, float]:
 class JobFacts:
     """What the round needs of one job; see the module docstring."""
 
-    __slots__ = ("job", "remaining", "rem_per_gpu", "factor", "work_factor", "run_s", "kind", "profile",
-                 "order", "allowed")  # fmt: skip
+    __slots__ = ("job", "remaining", "rem_per_gpu", "factor", "work_factor", "run_s", "run_left", "kind",
+                 "profile", "order", "longest_first", "allowed")  # fmt: skip
 
     def __init__(self, job: Job, factor: float, allowed: tuple[str, ...] | None) -> None:
         self.job = job  # kept so that its id is not reused while the entry lives
         self.factor = factor  # best placement factor the hardware allows for the job's shape
         self.remaining, self.rem_per_gpu, self.work_factor, self.run_s = job_sums(job, factor)
+        #: how long its remaining work runs on its own gang at that placement (seconds)
+        self.run_left = self.rem_per_gpu / factor
         self.kind = job.kind
         self.profile: Profile = get_profile(job.profile)
-        #: the agent's bidding order after lease holders: longest remaining run first, then submit, then id
-        self.order = (-self.rem_per_gpu, job.submit, job.id)
+        #: shortest remaining run first, then submit, then id: the agent's order of the jobs that can wait
+        #: (core/agent.py, :func:`~themis_slurm.core.agent.pace_order`)
+        self.order = (self.run_left, job.submit, job.id)
+        #: longest remaining run first, then submit, then id: the order of the jobs that cannot wait and of
+        #: lease holders (LPT: the app's finish is its last job's end)
+        self.longest_first = (-self.run_left, job.submit, job.id)
         #: the nodes it may be placed on, in topology order (None: any node), what every placement of it
         #: reads: kept here so that a fill does not filter the topology's nodes at each try
         self.allowed = allowed

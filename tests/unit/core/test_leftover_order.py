@@ -124,8 +124,9 @@ def test_a_progress_report_never_makes_an_app_more_urgent(works: list[int], done
                                                          report: int, elapsed: int) -> None:  # fmt: skip
     """A report only moves a job's done forward (core.workload.refine_by_progress: work, hence T_id and W,
     unchanged). Then no position in the app's list of latenesses, latest first, gets later: the remaining
-    work after the k-th job in order is the sum of the smallest remaining works, which a smaller value can
-    only lower. So a report cannot buy a user an earlier place in the leftover."""
+    work after the k-th position is the sum of the largest remaining works (core/agent.py _derive), which a
+    smaller value can only lower, even when the report changes which jobs cannot wait and so the bidding
+    order. So a report cannot buy a user an earlier place in the leftover."""
     def app(jobs: tuple[Job, ...]) -> list[float]:
         a = App("S", "u", 0.0, jobs)
         ag = Agent(a, FairnessModel(ONE_NODE, 4), float(elapsed), 0.0, a.jobs)

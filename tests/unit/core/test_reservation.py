@@ -427,7 +427,7 @@ def test_an_agent_with_a_started_job_equals_one_built_without_it() -> None:
             continue
         derived = whole.with_started(job.id, 2.0)
         built = Agent(app, model, 50.0, 3.0, [j for j in jobs if j.id != job.id], homes, 0.05)
-        assert derived.jobs == built.jobs and derived.kinds == built.kinds
+        assert derived.jobs == built.jobs and derived.kinds == built.kinds and derived._after == built._after
         assert derived._plain == built._plain and derived.homes == built.homes
         assert derived.rho_base == built.rho_base and derived.base == built.base
     assert whole.base == 1.0 and len(whole.jobs) == 12  # the original is left as it was

@@ -310,10 +310,12 @@ def test_tiny_payment_cuts_the_lease_to_min_cut() -> None:
 
 
 # ------------------------------------------------------------------------------------------- 7. LPT order
-def test_agent_orders_homes_then_longest_remaining_per_gpu_then_submit() -> None:
-    """Remaining per GPU: a 4000/4 = 1000, b 2000/1 = 2000, c 2000/1 = 2000 (submitted before b),
+def test_agent_orders_homes_then_shortest_remaining_run_then_submit() -> None:
+    """Remaining run: a 4000/4 = 1000, b 2000/1 = 2000, c 2000/1 = 2000 (submitted before b),
     d 1000/2 = 500, e (10000 - 9200)/1 = 800 (its work is large, its remaining is not); h holds a lease
-    expiring now (remaining 100): first whatever its length."""
+    expiring now (remaining 100): first whatever its length. T_id is e's whole run (10,000 s) and the app's
+    share all 8 GPUs, so every waiting job ends in time behind the others: shortest remaining run first
+    (core/agent.py pace_order; tests/unit/core/test_job_order.py has the jobs that cannot wait)."""
     topo = Topology.uniform(1, 2, 4)
     jobs = (
         Job("a", "A", 4, 4000.0, submit=5.0),
@@ -325,11 +327,11 @@ def test_agent_orders_homes_then_longest_remaining_per_gpu_then_submit() -> None
     )
     app = App("A", "u", 0.0, jobs)
     agent = Agent(app, FairnessModel(topo, 8), 100.0, 0.0, jobs, {"h": frozenset({7})})
-    assert [j.id for j in agent.jobs] == ["h", "c", "b", "a", "e", "d"]
+    assert [j.id for j in agent.jobs] == ["h", "d", "e", "a", "c", "b"]
     assert agent.kinds[0] == (jobs[5],)  # the home is its own kind, first
     bundles = agent.valuations(Pool(topo, range(8)))
-    # packed in that order: h, c, b, a, e use 1 + 1 + 1 + 4 + 1 = 8 GPUs; d (2 GPUs) no longer fits
-    assert [g.job_id for g in bundles[-1].gangs] == ["h", "c", "b", "a", "e"]
+    # packed in that order: h, d, e, a use 1 + 2 + 1 + 4 = 8 GPUs; c and b no longer fit
+    assert [g.job_id for g in bundles[-1].gangs] == ["h", "d", "e", "a"]
     assert sorted(bundles[0].gangs[0].gpus) == [7]  # the home is kept in place
 
 
