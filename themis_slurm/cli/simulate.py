@@ -171,6 +171,9 @@ class _Progress:
 @click.option("--progress-interval", type=float, default=_SIM.progress_interval_s, show_default=True,
               help="Running jobs report their progress every this many seconds (0: never), as with "
                    "`themis progress` does on Slurm.")
+@click.option("--no-checkpoint", type=float, default=_SIM.no_checkpoint, show_default=True,
+              help="Fraction of jobs (drawn with --seed) that never checkpoint: a preemption throws away all "
+                   "they did, as --themis-ckpt=no says on Slurm (the others checkpoint at the warning).")
 @click.option("--elastic", is_flag=True, help="Make every job elastic (1..gpus GPUs).")
 @click.option("--node-shaped", is_flag=True, help="Jobs wider than a node ask for whole nodes.")
 @click.option("--max-jobs", type=click.IntRange(min=1), help="Only the first N jobs (quick runs).")
@@ -305,6 +308,8 @@ def _options(o: dict[str, Any]):
         raise _bad("--round-interval", f"{o['round_interval']:g} is not >= 0 seconds")
     if not (o["progress_interval"] >= 0 and math.isfinite(o["progress_interval"])):
         raise _bad("--progress-interval", f"{o['progress_interval']:g} is not >= 0 seconds")
+    if not 0.0 <= o["no_checkpoint"] <= 1.0:
+        raise _bad("--no-checkpoint", f"{o['no_checkpoint']:g} is not a fraction in [0, 1]")
     try:
         err = EstimateError.parse(o["estimate_error"])
     except ValueError as exc:
@@ -323,7 +328,7 @@ def _options(o: dict[str, Any]):
     cfg = SimConfig(restart_cost_s=o["restart_cost"], estimate_error=err, seed=o["seed"], elastic=o["elastic"],
                     node_shaped=o["node_shaped"], round_interval_s=o["round_interval"],
                     progress_interval_s=o["progress_interval"], calibration=calibration,
-                    tenancy=tenancy)  # fmt: skip
+                    tenancy=tenancy, no_checkpoint=o["no_checkpoint"])  # fmt: skip
     names = _parse_policies(o["policies"])
     sweep = _parse_sweep(o["sweep"], spec.kind == "paper")
     return spec, topo, knobs, cfg, names, sweep

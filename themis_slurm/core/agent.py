@@ -129,6 +129,7 @@ class Agent:
             derived = _with_holders(derived, [j for j in jobs if j.id in home], cache)
         self.jobs, self.kinds, self._plain, self._profiles, self._after, longest = derived
         self._idle = model.idle_throughput
+        self._set_risk()
         self._times: tuple[float, ...] | None = None  # model.one_gpu_times(app), fetched when first needed
         self._wait_floor = 0.0  # T_sh's floor (after elapsed) at no extra GPU: see the class docstring
         if kept_free_s < math.inf and self.jobs:
@@ -150,18 +151,51 @@ class Agent:
         if homes:
             derived = _with_holders(derived, [j for j in self.jobs if j.id in homes], cache)
         new.jobs, new.kinds, new._plain, new._profiles, new._after, _ = derived
+        new._set_risk()
         new._wait_floor = 0.0  # what it keeps changed: no kept-GPU floor (T_sh can only be lower without it)
         new.rho_base = new.rho_of(0.0)
         return new
 
-    def rho_of(self, extra_throughput: float) -> float:
-        """rho if the app ran at base + extra throughput from now on (:func:`shared_finish` / T_id)."""
+    def _set_risk(self) -> None:
+        """The work its lease holders would throw away if they lost their GPUs now (:attr:`Job.unsaved`:
+        done since their last checkpoint), per holder and in all. A holder renewed in place keeps it; any
+        other outcome (preempted, or moved to other GPUs, which restarts it) adds it to the app's remaining
+        work, so a bundle without that renewal is valued at that much more work (:meth:`rho_of`'s `lost`).
+        Without it a job that does not checkpoint looked as cheap to preempt as one that does, and was
+        preempted at every lease expiry its app lost (issue #34: 62 preemptions of 32 jobs in 6 minutes)."""
+        jobs = {j.id: j for j in self.jobs} if self.homes else {}
+        self._risk = {jid: jobs[jid].unsaved for jid in self.homes if jid in jobs and jobs[jid].unsaved > 0.0}
+        self._risk_total = sum(self._risk.values())
+
+    @property
+    def at_risk(self) -> float:
+        """The unsaved work its lease holders lose unless renewed in place (:meth:`_set_risk`)."""
+        return self._risk_total
+
+    def lost_without(self, gangs: Iterable[Gang]) -> float:
+        """The unsaved work the app loses if it gets exactly `gangs`: that of every holder not among them
+        renewed in place."""
+        if not self._risk:
+            return 0.0
+        lost = self._risk_total
+        for g in gangs:
+            u = self._risk.get(g.job_id)
+            if u is not None and self.homes.get(g.job_id) == g.gpus:
+                lost -= u
+        return max(0.0, lost)
+
+    def rho_of(self, extra_throughput: float, lost: float | None = None) -> float:
+        """rho if the app ran at base + extra throughput from now on (:func:`shared_finish` / T_id), with
+        `lost` more work to do (the unsaved work of holders not renewed in place; None: all of its holders',
+        what it loses with no renewal, :meth:`_set_risk`)."""
         tid = self._tid
         if tid <= 0:
             return 1.0
+        if lost is None:
+            lost = self._risk_total
         x = self.base + extra_throughput
         if x >= self._idle:  # shared_finish, inlined: this is the auction's innermost call
-            remaining, path = self._remaining, self._path
+            remaining, path = self._remaining + lost, self._path
             finish = max(remaining / x, path)
             if x >= 1.0 and remaining < 2.0 * path * x:  # fairness._pairs_may_bind: then the pair floor
                 times = self._times
@@ -175,7 +209,7 @@ class Agent:
             if extra_throughput <= 0.0 and self._wait_floor > finish:
                 finish = self._wait_floor
             return (self._elapsed + finish) / tid
-        return (self._elapsed + max(self._remaining, self._path)) / self._idle / tid
+        return (self._elapsed + max(self._remaining + lost, self._path)) / self._idle / tid
 
     def lateness(self, job: Job) -> float:
         """How late waiting `job` is against its app's private-share pace (:func:`fairness.virtual_lateness`:
@@ -283,6 +317,7 @@ class Agent:
         gangs: list[Gang] = []
         bundles: list[Bundle] = []
         x = 0.0
+        lost = self._risk_total  # unsaved work of the holders not yet renewed in place in the bundle
 
         def free_here() -> int:
             return pool.size if within is None else sum(pool.node_free(n) for n in within)
@@ -301,7 +336,9 @@ class Agent:
                 free = free_here()
                 gangs.append(gang)
                 x += gang.throughput
-                rho = self.rho_of(x)
+                if lost and gang.job_id in self._risk and homes.get(gang.job_id) == gang.gpus:
+                    lost = max(0.0, lost - self._risk[gang.job_id])
+                rho = self.rho_of(x, lost)
                 bundles.append(Bundle(self.app_id, tuple(gangs), rho,
                                       self.weight * (math.log(self.rho_base) - math.log(rho))))
         finally:
@@ -312,7 +349,7 @@ class Agent:
     def bundle(self, gangs: Sequence[Gang]) -> Bundle:
         """Value an arbitrary set of gangs for this app."""
         x = sum(g.throughput for g in gangs)
-        rho = self.rho_of(x)
+        rho = self.rho_of(x, self.lost_without(gangs))
         return Bundle(self.app_id, tuple(gangs), rho, self.weight * (math.log(self.rho_base) - math.log(rho)))
 
 

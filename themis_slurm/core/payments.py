@@ -91,7 +91,7 @@ def visibility_stop(agent: Agent, gangs: Sequence[Gang], level: float) -> tuple[
     out: list[Gang] = []
     x = 0.0
     for g in gangs:
-        if level > 0 and out and agent.rho_of(x) <= level:
+        if level > 0 and out and agent.rho_of(x, agent.lost_without(out)) <= level:
             break
         out.append(g)
         x += g.throughput

@@ -112,7 +112,7 @@ def _app_record(rs: RoundState, aid: str, rank_of: dict[str, int], bid_ids: set[
         elif kept < len(won.gpus):
             kept_by = KeptBy.VISIBILITY
     return AppRecord(
-        app_id=aid, rho_before=rs.rho_now[aid], rho_after=ag.rho_of(extra) if ag is not None else rs.rho_now[aid],
+        app_id=aid, rho_before=rs.rho_now[aid], rho_after=ag.rho_of(extra, ag.lost_without(gangs)) if ag is not None else rs.rho_now[aid],
         rank=rank, bid=bid, won_gpus=len(won.gpus) if won else 0, kept_gpus=kept,
         payment_fraction=pay.fraction if pay else None, leftover_gpus=total - kept - by_reservation, outcome=outcome,
         ranked=len(rs.agents), kept_by=kept_by, reservation=rs.reservations.get(aid),

@@ -46,6 +46,12 @@ class Job:
     submit: float = 0.0
     service: float = 0.0  # GPU-seconds attained so far (wall time x GPUs held), what LAS-style policies rank by
     allowed_nodes: frozenset[str] | None = None  # nodes Slurm could start it on (None: any; empty: none)
+    #: of `done`, the work a preemption now would throw away: done since the job's last checkpoint (0 for a
+    #: job that checkpoints at Themis's warning, all its done work for one that never checkpoints). The
+    #: caller works it out (the simulator from the job's checkpoint interval, themisd from --themis-ckpt
+    #: and what the job reports); the bids and the leftover charge it to the app whose holder would lose
+    #: it (core/agent.py), so such a job is preempted only when that pays. Last, like allowed_nodes.
+    unsaved: float = 0.0
 
     @property
     def kind(self) -> tuple[int, int | None, int | None, str, bool, frozenset[str] | None]:
@@ -69,6 +75,8 @@ class Job:
             raise ValueError(f"job {self.id}: work must be > 0 GPU-seconds, got {self.work}")
         if self.done < 0:
             raise ValueError(f"job {self.id}: done must be >= 0, got {self.done}")
+        if not 0.0 <= self.unsaved <= self.done:
+            raise ValueError(f"job {self.id}: unsaved must be between 0 and done ({self.done}), got {self.unsaved}")
         if (self.gpus_per_node is None) != (self.nodes is None):
             raise ValueError(f"job {self.id}: give both gpus_per_node and nodes, or neither")
         if self.nodes is not None and self.gpus_per_node is not None:

@@ -28,7 +28,9 @@ Model (choices and why):
   (:func:`~themis_slurm.core.workload.refine_by_progress`: p of the estimate is done).
 * **Preemption** keeps progress (the job checkpoints on SIGUSR1, as the daemon asks Slurm jobs to) and the
   job pays ``restart_cost_s`` of no progress when it next starts (also on a migration), while holding its
-  GPUs: restart cost is GPU time used, as on a real cluster.
+  GPUs: restart cost is GPU time used, as on a real cluster. A job that does not checkpoint at the warning
+  (``TraceJob.checkpoint_s``, ``SimConfig.no_checkpoint``) also loses what it did since its last checkpoint
+  (everything, when it never checkpoints); policies see that work as :attr:`Job.unsaved` while it runs.
 * **Leases**: a renewal extends the lease in place at no cost. An expired lease that the policy neither renews
   nor preempts keeps running (and shows as expired at later calls): the caller never kills a job on its own.
 * **Calls**: the policy is called at an instant when a lease expired, its wake-up fell due, or jobs wait. Every
@@ -69,9 +71,10 @@ from __future__ import annotations
 import gc
 import heapq
 import math
+import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from themis_slurm.core.arbiter import ArbiterConfig
 from themis_slurm.core.calibration import (
@@ -148,6 +151,12 @@ class SimConfig:
         the policy is called at most once per interval, at multiples of it (like Slurm's sched_min_interval or
         the Themis YARN prototype's periodic rounds): completions free GPUs at once but they are handed out
         at the next tick. An approximation that trades fidelity for speed on very large traces.
+    no_checkpoint: the fraction of jobs that never checkpoint (each drawn with `seed`; a preemption throws
+        away everything such a job did), among those whose trace says nothing (TraceJob.checkpoint_s None:
+        they checkpoint at the warning). ``themis simulate --no-checkpoint``.
+    tell_unsaved: policies see a running job's unsaved work (:attr:`Job.unsaved`), as themisd tells the core;
+        False hides it (every job looks as cheap to preempt as one that checkpoints at the warning), to
+        measure what knowing it is worth (benchmarks/checkpoint_cost.py).
     tenancy: which levels of the account -> user -> app tree count and their shares (core/tenancy.py;
         sim/tenants.py reads ``themis simulate --levels/--shares``). The default, apps alone, is the paper's
         1/N share; the policies see it as ``ClusterState.tenancy``.
@@ -166,8 +175,12 @@ class SimConfig:
     progress_interval_s: float = 0.0
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
     tenancy: Tenancy = FLAT
+    no_checkpoint: float = 0.0
+    tell_unsaved: bool = True
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.no_checkpoint <= 1.0:
+            raise ValueError(f"no_checkpoint must be a fraction in [0, 1], got {self.no_checkpoint}")
         if not (self.progress_interval_s >= 0 and math.isfinite(self.progress_interval_s)):
             raise ValueError(f"progress_interval_s must be >= 0 seconds, got {self.progress_interval_s}")
         if not (self.round_interval_s >= 0 and math.isfinite(self.round_interval_s)):
@@ -200,6 +213,7 @@ class JobResult:
     starts: int
     preemptions: int
     holds: tuple[tuple[float, float, int], ...] = ()
+    lost_work: float = 0.0  # true work its preemptions threw away (done since its last checkpoint)
 
     @property
     def jct(self) -> float:
@@ -238,6 +252,7 @@ class SimResult:
     policy_calls: int
     wall_s: float
     allocations: tuple[tuple[str, frozenset[int], float, float], ...] = ()
+    lost_work: float = 0.0  # true work preemptions threw away, all jobs (TraceJob.checkpoint_s)
 
 
 class _J:
@@ -247,7 +262,7 @@ class _J:
         "tj", "id", "app", "gpus", "true_work", "est", "est0", "profile", "factors", "gpn", "nodes", "elastic",
         "state", "done", "service", "t_base", "progress_from", "rate", "held", "lease", "version",
         "lease_token", "needs_restart", "first_start", "finish", "starts", "preemptions", "snap", "holding",
-        "reported", "hold_from", "holds",
+        "reported", "hold_from", "holds", "ckpt", "run_done0", "lost",
     )  # fmt: skip
 
     def __init__(self, tj: TraceJob, est: float, profile: str, gpn: int | None, nodes: int | None, elastic: bool):
@@ -274,6 +289,9 @@ class _J:
         self.reported: float | None = None  # fraction of true work done at its last progress report
         self.hold_from = 0.0  # when it last started (its current hold, while running)
         self.holds: list[tuple[float, float, int]] = []  # (start, end, GPUs) of every finished hold
+        self.ckpt = tj.checkpoint_s  # None: at the warning; inf: never; else every that many seconds of run
+        self.run_done0 = 0.0  # true work done when its current run started making progress
+        self.lost = 0.0  # true work thrown away by its preemptions (done since the last checkpoint)
 
 
 class _A:
@@ -365,6 +383,11 @@ class Simulator:
         self._passive = passive
         tjobs = tuple(trace.jobs if isinstance(trace, Trace) else sorted(trace, key=lambda j: j.arrival_s))
         factors = self.cfg.estimate_error.factors(len(tjobs), self.cfg.seed)
+        if self.cfg.no_checkpoint > 0:  # which jobs never checkpoint: one draw per job, in trace order
+            draw = random.Random(f"no-checkpoint:{self.cfg.seed}")
+            never = [draw.random() < self.cfg.no_checkpoint for _ in tjobs]
+            tjobs = tuple(replace(tj, checkpoint_s=math.inf) if n and tj.checkpoint_s is None else tj
+                          for tj, n in zip(tjobs, never, strict=True))  # fmt: skip
         per_node = max(len(v) for v in topology.node_gpus.values())
         self._arrivals: list[_J] = []
         self._jobs: dict[str, _J] = {}
@@ -398,6 +421,7 @@ class Simulator:
         self._busy_vals: list[int] = []
         self._allocs: list[tuple[str, frozenset[int], float, float]] = []
         self._preemptions = 0
+        self._lost = 0.0  # true work thrown away by preemptions of jobs that had not saved it
         self._done_jobs = 0
         self._events = 0
         self._calls = 0
@@ -768,6 +792,13 @@ class Simulator:
 
     def _preempt(self, j: _J, t: float) -> None:
         self._release(j, t)
+        saved = self._saved(j, t, j.done)
+        if saved < j.done:  # it restarts from its last checkpoint
+            j.lost += j.done - saved
+            self._lost += j.done - saved
+            j.done = saved
+            if j.reported is not None and j.reported * j.true_work > saved:
+                j.reported = saved / j.true_work  # what it reports when it runs again
         self._resumable[j.id] = j
         if j.done > j.est0 * self.cfg.calibration.raise_above:
             self._resumable_over[j.id] = j
@@ -777,6 +808,19 @@ class Simulator:
         j.snap = None
         self._waiting[j.id] = j
         self._preemptions += 1
+
+    def _saved(self, j: _J, t: float, done: float) -> float:
+        """Of `done`, the true work of running `j` at `t`, what it keeps if preempted then: all of it when it
+        checkpoints at the warning, what it had when this run began when it never checkpoints (that is 0:
+        each of its runs starts from zero), else the work at its last checkpoint of this run (one every
+        `ckpt` seconds of progress, the first `ckpt` seconds after the restart cost)."""
+        every = j.ckpt
+        if every is None:
+            return done
+        if every == math.inf or t <= j.progress_from:
+            return min(done, j.run_done0)
+        saves = math.floor((t - j.progress_from) / every)
+        return min(done, j.run_done0 + j.rate * saves * every)
 
     def _start(self, j: _J, gpus: frozenset[int], expiry: float, t: float) -> None:
         del self._waiting[j.id]
@@ -794,6 +838,7 @@ class Simulator:
         j.rate = len(gpus) * j.factors[self.topo.level_of(gpus)]
         j.t_base = j.hold_from = t
         j.progress_from = t + (self.cfg.restart_cost_s if j.needs_restart else 0.0)
+        j.run_done0 = j.done
         j.starts += 1
         if j.starts == 1:
             j.first_start = t
@@ -830,8 +875,11 @@ class Simulator:
         seen_done, seen_work = done, j.est
         if j.reported is not None:
             seen_done, seen_work = refine_by_progress(j.est, done, j.reported)
+        unsaved = 0.0
+        if j.ckpt is not None and j.state == _RUNNING and self.cfg.tell_unsaved:
+            unsaved = min(seen_done, done - self._saved(j, t, done))
         snap = Job(j.id, j.app, j.gpus, seen_work, seen_done, j.profile, j.gpn, j.nodes, j.elastic, True,
-                   j.tj.arrival_s, service)  # fmt: skip
+                   j.tj.arrival_s, service, None, unsaved)  # fmt: skip
         if j.state == _WAITING:
             j.snap = snap
         return snap
@@ -923,7 +971,7 @@ class Simulator:
     def _result(self, wall: float) -> SimResult:
         jobs = tuple(
             JobResult(j.id, j.app, j.gpus, j.profile, j.tj.arrival_s, j.first_start, j.finish, j.true_work,
-                      j.est0, j.service, j.starts, j.preemptions, tuple(j.holds))  # fmt: skip
+                      j.est0, j.service, j.starts, j.preemptions, tuple(j.holds), j.lost)  # fmt: skip
             for j in self._arrivals
         )
         work: dict[str, float] = {}
@@ -943,6 +991,7 @@ class Simulator:
             util_times=tuple(self._busy_times),
             util_busy=tuple(self._busy_vals),
             preemptions=self._preemptions,
+            lost_work=self._lost,
             events=self._events,
             policy_calls=self._calls,
             wall_s=wall,

@@ -53,7 +53,7 @@ from themis_slurm.sim.trace import Trace, TraceJob
 SUMMARY_KEYS: tuple[str, ...] = (
     "max_rho", "median_rho", "p95_rho", "jain", "frac_rho_le_1", "gpu_hours", "makespan_s",
     "mean_app_completion_s", "mean_jct_s", "median_jct_s", "p95_jct_s", "mean_slowdown", "preemptions",
-    "utilization",
+    "lost_gpu_h", "utilization",
 )  # fmt: skip
 
 
@@ -87,6 +87,7 @@ class Summary:
     p95_jct_s: float
     mean_slowdown: float
     preemptions: int
+    lost_gpu_h: float  # work preemptions threw away (jobs that had not saved it), GPU-hours of ideal work
     utilization: float
     # beyond the --json summary
     jain_rho: float
@@ -273,7 +274,7 @@ def tenant_metrics(spans: Sequence[Span], apps: Sequence[AppMetrics],
 def summarise(
     rhos: np.ndarray, apps: Sequence[AppMetrics], busy_gpu_s: float, makespan: float, gpus: int, *,
     jct_s: Sequence[float], alone_s: Sequence[float], ideal_gpu_s: float, n_jobs: int, preemptions: int,
-    events: int, policy_calls: int, wall_s: float,
+    events: int, policy_calls: int, wall_s: float, lost_work: float = 0.0,
 ) -> Summary:
     """The Summary of one run from its per-app rhos, its jobs' completion times and run times alone
     (`jct_s`, `alone_s`, in the same order) and totals: one definition for simulated runs (:func:`compute`)
@@ -294,6 +295,7 @@ def summarise(
         p95_jct_s=float(np.percentile(jct, 95)) if jct.size else 0.0,
         mean_slowdown=float(np.mean(jct / alone)) if jct.size else 0.0,
         preemptions=preemptions,
+        lost_gpu_h=lost_work / 3600.0,
         utilization=busy_gpu_s / (gpus * makespan) if makespan > 0 else 0.0,
         jain_rho=jain_index(rhos),
         ideal_gpu_hours=ideal_gpu_s / 3600.0,
@@ -329,7 +331,7 @@ def compute(result: SimResult) -> Metrics:
         jct_s=[j.jct for j in result.jobs], alone_s=[j.true_work / j.gpus for j in result.jobs],
         ideal_gpu_s=math.fsum(j.true_work for j in result.jobs), n_jobs=len(result.jobs),
         preemptions=result.preemptions, events=result.events, policy_calls=result.policy_calls,
-        wall_s=result.wall_s,
+        wall_s=result.wall_s, lost_work=result.lost_work,
     )  # fmt: skip
     tenants = tenant_metrics(spans_of(result), apps, {a.app_id: a.account for a in result.apps})
     return Metrics(result.policy, summary, tuple(apps), result.util_times, result.util_busy, topo.size, tenants,
@@ -340,7 +342,7 @@ def compute(result: SimResult) -> Metrics:
 ACTUAL = "slurm (actual)"
 #: Summary fields the record of a real cluster cannot give (NaN in that row): Slurm's own preemptions and
 #: requeues are not in the export, and events, policy calls and wall time belong to a simulation.
-ACTUAL_UNKNOWN: frozenset[str] = frozenset({"preemptions", "events", "policy_calls", "wall_s"})
+ACTUAL_UNKNOWN: frozenset[str] = frozenset({"preemptions", "lost_gpu_h", "events", "policy_calls", "wall_s"})
 
 
 def actual_metrics(trace: Trace, topology: Topology, default_profile: str | None = None,
@@ -428,7 +430,7 @@ def actual_metrics(trace: Trace, topology: Topology, default_profile: str | None
         rhos, apps, busy, makespan, topology.size,
         jct_s=[end[j.job_id] - j.arrival_s for j in jobs], alone_s=[end[j.job_id] - start[j.job_id] for j in jobs],
         ideal_gpu_s=math.fsum(j.gpu_seconds for j in jobs), n_jobs=len(jobs),
-        preemptions=nan, events=nan, policy_calls=nan, wall_s=nan,  # type: ignore[arg-type]
+        preemptions=nan, events=nan, policy_calls=nan, wall_s=nan, lost_work=nan,  # type: ignore[arg-type]
     )  # fmt: skip
     spans = [Span(j.app_id, j.arrival_s, end[j.job_id], ((start[j.job_id], end[j.job_id], j.gpus),)) for j in jobs]
     tenants = tenant_metrics(spans, apps, {a: js[0].account for a, js in by_app.items()})

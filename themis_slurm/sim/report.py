@@ -1,7 +1,7 @@
 """Presenting metrics: a table for people, a JSON summary for scripts, and files for the record.
 
 ``--json`` prints ``{"policies": {name: {max_rho, median_rho, p95_rho, jain, frac_rho_le_1, gpu_hours,
-makespan_s, mean_app_completion_s, mean_jct_s, median_jct_s, p95_jct_s, mean_slowdown, preemptions,
+makespan_s, mean_app_completion_s, mean_jct_s, median_jct_s, p95_jct_s, mean_slowdown, preemptions, lost_gpu_h,
 utilization}}}``; a sweep prints
 ``{"sweep": {"param": name, "runs": [{"value": v, "policies": {...}}, ...]}}``.
 A replayed Slurm history (``--format sacct``) adds a row ``slurm (actual)``: the same metrics computed from
@@ -62,6 +62,7 @@ _COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("p95_jct_s", "JCT p95", "{:,.2f}"),
     ("mean_slowdown", "slowdown", "{:,.1f}"),
     ("preemptions", "preempt", "{:,d}"),
+    ("lost_gpu_h", "lost GPU-h", "{:,.1f}"),
     ("wall_s", "wall s", "{:.1f}"),
 )
 _HOURS = {"makespan_s", "mean_app_completion_s", "mean_jct_s", "median_jct_s", "p95_jct_s"}

@@ -136,6 +136,10 @@ class TraceJob:
         account: the Slurm account (or the source's equivalent: a Philly virtual cluster) the job ran under,
             ``""`` when the source has none. With tenancy levels (``SimConfig.tenancy``) it is the top of the
             account -> user -> app tree an app's share comes from; an app takes its first job's account.
+        checkpoint_s: how the job saves its state: None (the default) at Themis's warning, so a preemption
+            costs only the restart; ``math.inf`` never, so a preemption throws away everything it did (it
+            restarts from zero); a number, every that many seconds of its run, so a preemption throws away
+            what it did since its last checkpoint (``--themis-ckpt=no|<interval>`` on a real cluster).
     """
 
     job_id: str
@@ -150,6 +154,7 @@ class TraceJob:
     actual_start_s: float | None = None
     actual_end_s: float | None = None
     account: str = ""
+    checkpoint_s: float | None = None
 
     def __post_init__(self) -> None:
         if not self.job_id or not self.app_id:
@@ -166,6 +171,9 @@ class TraceJob:
             raise ValueError(f"job {self.job_id!r}: model {self.model!r} is not a profile name {PROFILE_MODELS}")
         if self.estimate_s is not None and not (math.isfinite(self.estimate_s) and self.estimate_s > 0):
             raise ValueError(f"job {self.job_id!r}: estimate_s must be finite and > 0, got {self.estimate_s!r}")
+        if self.checkpoint_s is not None and not self.checkpoint_s > 0:
+            raise ValueError(f"job {self.job_id!r}: checkpoint_s must be > 0 seconds (inf: never), got "
+                             f"{self.checkpoint_s!r}")
         if (self.actual_start_s is None) != (self.actual_end_s is None):
             raise ValueError(f"job {self.job_id!r}: give both actual_start_s and actual_end_s, or neither")
         if self.actual_start_s is not None and self.actual_end_s is not None and not (
