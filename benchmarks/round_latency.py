@@ -4,9 +4,9 @@ All GPUs free: the cold-start worst case. Rounds are timed as themisd and the si
 Python's cyclic garbage collector paused (themis_slurm/gc_pause.py says why); the ``gc on ms`` column
 times today's code with the collector as the interpreter runs it by default. Beside it, on the same
 state, the ``ftf`` baseline (Gavel's finish-time fairness): its solve (the bisection on the largest rho,
-:func:`ftf_shares`) and its whole round (the solve plus realising the time fractions as grants). Prints
-the median wall time per size and, where the exact solver finishes within its time limit, the fast
-solver's objective relative to the exact one.
+:func:`min_max_rho` over :meth:`FtfPolicy.rows`) and its whole round (the solve plus realising the time
+fractions as grants). Prints the median wall time per size and, where the exact solver finishes within
+its time limit, the fast solver's objective relative to the exact one.
 
 Side by side: with ``--baseline REF`` (default: 2a5d07f, the core before the data-structure work of
 issue #13) the package as of that git commit is extracted into a temporary directory under another
@@ -136,17 +136,16 @@ def gap_to_exact(core: SimpleNamespace, state, exact_limit_s: float) -> tuple[fl
 
 def time_ftf(state, repeats: int) -> tuple[float, float]:
     """Median seconds of ftf's solve and of its whole round (policy call) on `state` (today's code only)."""
-    from themis_slurm.core.fairness import FairnessModel
     from themis_slurm.policies import make_policy
     from themis_slurm.policies.base import PolicyContext
-    from themis_slurm.policies.ftf import ftf_shares
+    from themis_slurm.policies.ftf import FtfPolicy, min_max_rho
 
     capacity = float(state.managed_gpus)
     solve, whole = [], []
     for _ in range(repeats):
-        model = FairnessModel(state.topology, state.cluster_gpus or state.topology.size)
+        ctx = PolicyContext(state, frozenset({"arrival"}))
         t = time.perf_counter()
-        ftf_shares(list(state.apps), model, state.now, capacity)
+        min_max_rho(FtfPolicy().rows(ctx, capacity), capacity)
         solve.append(time.perf_counter() - t)
         policy = make_policy("ftf")
         t = time.perf_counter()
