@@ -14,6 +14,7 @@ large gangs. Bucketed by free count, so a placement costs O(island/node size), n
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from themis_slurm.core.topology import Level, Topology
@@ -240,6 +241,13 @@ class Pool:
         """Whether every GPU of `gpus` is free."""
         return self._free.issuperset(gpus)
 
+    @property
+    def free_view(self) -> AbstractSet[int]:
+        """The free GPUs, live: the pool's own set, which :meth:`take` and :meth:`give` update in place.
+        For hot loops, where ``view >= gpus`` is :meth:`has` without a call (the greedy fill tests every
+        kept offer so). Read only: changing it would put it out of step with the other indexes."""
+        return self._free
+
     def free_ids(self) -> frozenset[int]:
         return frozenset(g for s in self._isl_free for g in s)
 
@@ -263,9 +271,6 @@ class Pool:
         return new
 
     # ----------------------------------------------------------------- placement
-    def _from_island(self, isl: int, k: int) -> list[int]:
-        return sorted(self._isl_free[isl])[:k]
-
     def _from_node(self, node: str, k: int) -> list[int]:
         """k GPUs of one node, fullest islands first (fewest islands spanned)."""
         isl_free = self._isl_free
