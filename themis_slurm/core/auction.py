@@ -1,4 +1,4 @@
-"""Winner determination: the solvers of the partial allocation mechanism, and the greedy fill they share.
+"""Winner determination: the solvers of the partial allocation mechanism.
 
 Winner determination picks at most one bundle per app, no GPU twice, maximising the sum over bidders of
 log(rho_base / rho), i.e. the product of 1/rho (Nash social welfare; Themis NSDI 2020 section 4, after
@@ -13,12 +13,11 @@ Cole, Gkatzelis and Goel's partial allocation mechanism). Two solvers, each with
   lease expiry offers one GPU to a few bidders) by a bounded depth-first search
   (:meth:`ExactSolver._branch_and_bound`). Larger ones first get the LP relaxation, whose optimum is
   nearly always integral and then needs no branch and bound (:meth:`ExactSolver._lp_integral`).
-* :class:`FastSolver` -- greedy on marginal log-gain per GPU with lazy placement: every app waits in a
-  heap under an upper bound of its next gang's priority and is placed only when it reaches the top,
-  against the live pool (:func:`greedy_fill`). The objective is concave in each app's throughput, which is why marginal
-  greedy gets within a hair of the optimum (tests/unit/core/test_auction.py measures it).
-
-:func:`greedy_fill` also serves the fast hidden payments (core/payments.py) and the leftover (core/leftover.py).
+* :class:`FastSolver` -- greedy on marginal log-gain per GPU with lazy placement (the greedy fill,
+  core/fill.py, which the fast hidden payments and the leftover share): every app waits in a heap under
+  an upper bound of its next gang's priority and is placed only when it reaches the top, against the live
+  pool. The objective is concave in each app's throughput, which is why marginal greedy gets within a
+  hair of the optimum (tests/unit/core/test_auction.py measures it).
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ of another get the same GPUs when their shares are equal. Without levels there a
 from __future__ import annotations
 
 from themis_slurm.core.agent import Agent, Gang
-from themis_slurm.core.auction import greedy_fill
 from themis_slurm.core.decision import GrantSource
+from themis_slurm.core.fill import greedy_fill
 from themis_slurm.core.quota import room, tenant_gpus
 from themis_slurm.core.round_state import RoundState
 

@@ -30,8 +30,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from themis_slurm.core.agent import Agent, Bundle, Gang
-from themis_slurm.core.auction import Allocation, ExactSolver, greedy_fill
+from themis_slurm.core.auction import Allocation, ExactSolver
 from themis_slurm.core.decision import GrantSource
+from themis_slurm.core.fill import greedy_fill
 from themis_slurm.core.placement import Pool
 from themis_slurm.core.quota import quota_stop, tenant_gpus
 from themis_slurm.core.round_state import RoundState
