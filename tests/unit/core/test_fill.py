@@ -2,8 +2,8 @@
 
 The two must hand out exactly the same gangs (jobs, GPUs, levels, throughputs, in order) and leave the same
 GPUs free, on generated rounds with gangs and node shapes, elastic jobs, jobs allowed on some nodes only,
-lease holders whose home is free, gangs held from earlier in the round, placement-sensitive profiles,
-weights, caps, and twin apps whose priorities tie.
+lease holders whose home is free (some with work done since their last checkpoint), gangs held from
+earlier in the round, placement-sensitive profiles, weights, caps, and twin apps whose priorities tie.
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ def _jobs(rng: random.Random, app_id: str, topo: Topology) -> tuple[Job, ...]:
             )
         jobs.append(Job(
             id=f"{app_id}j{k}", app_id=app_id, gpus=g, work=rng.choice([600.0, 1800.0, rng.uniform(100, 9000)]) * g,
-            done=rng.choice([0.0, rng.uniform(0, 50)]), profile=rng.choice(PROFILES),
+            done=(done := rng.choice([0.0, rng.uniform(0, 50)])), unsaved=rng.choice([0.0, done]),
+            profile=rng.choice(PROFILES),
             gpus_per_node=gpn if shaped else None, nodes=2 if shaped else None,
             elastic=not shaped and g > 1 and rng.random() < 0.2, submit=rng.uniform(0, NOW), allowed_nodes=allowed,
         ))  # fmt: skip
