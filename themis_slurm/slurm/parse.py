@@ -15,20 +15,17 @@ from typing import Any
 
 from themis_slurm.slurm import hostlist
 from themis_slurm.slurm.errors import SlurmOutputError
-from themis_slurm.slurm.gres import gpu_indices, gpu_items, gpu_type, tres_gpus
+from themis_slurm.slurm.gres import gpu_items
+from themis_slurm.slurm.job_builder import JobFields, build_job
 from themis_slurm.slurm.openapi import flag, number, text, time_epoch, words
 from themis_slurm.slurm.records import (
-    JOB_ACTIVE_STATES,
     NodeGpus,
     SlurmJob,
     SlurmNode,
-    derive_gpu_counts,
-    job_is_held,
     node_available,
-    normalise_job_state,
     normalise_node_state,
 )
-from themis_slurm.slurm.resources import per_gpu, per_node_needs
+from themis_slurm.slurm.resources import per_gpu
 
 
 def load_json(doc: str | bytes | Mapping[str, Any], source: str) -> Mapping[str, Any]:
@@ -58,13 +55,6 @@ def parse_squeue_json(doc: str | bytes | Mapping[str, Any]) -> list[SlurmJob]:
     return [job_from_json(j) for j in jobs]
 
 
-def _expand(value: Any, source: str, where: str, what: str) -> tuple[str, ...]:
-    try:
-        return tuple(hostlist.expand(text(value)))
-    except ValueError as exc:
-        raise SlurmOutputError(source, where, f"{what}: {exc}") from None
-
-
 def _alloc_order(job: Mapping[str, Any]) -> list[str]:
     """Node names in job_resources order (the order gres_detail follows), if the JSON has them."""
     res = job.get("job_resources")
@@ -85,92 +75,41 @@ def _alloc_order(job: Mapping[str, Any]) -> list[str]:
 
 
 def job_from_json(job: Mapping[str, Any], source: str = "squeue --json") -> SlurmJob:
-    """One job object of squeue --json (v0.0.38 or v0.0.40+) as a SlurmJob."""
+    """One job object of squeue --json (v0.0.38 or v0.0.40+) as a SlurmJob (job_builder.build_job)."""
     job_id = number(job.get("job_id"))
     if job_id is None:
         raise SlurmOutputError(source, "job ?", "no job_id")
-    where = f"job {job_id}"
-    state, flags = normalise_job_state(words(job.get("job_state")))
-    reason = text(job.get("state_reason"))
-    priority = number(job.get("priority"))
-    node_list = text(job.get("nodes"))
-    nodes = _expand(node_list, source, where, "nodes")
-    num_nodes = number(job.get("node_count")) or len(nodes) or 1
-    gres_detail = [text(g) for g in (job.get("gres_detail") or [])]
-    order = _alloc_order(job) or list(nodes)
-    indices: dict[str, tuple[int, ...]] = {}
     try:
-        if gres_detail and len(gres_detail) == len(order):
-            indices = {n: gpu_indices(g) for n, g in zip(order, gres_detail, strict=True)}
-        per_node_req = tres_gpus(text(job.get("tres_per_node")))
-        per_job_req = tres_gpus(text(job.get("tres_per_job")))
-        alloc_tres = tres_gpus(text(job.get("tres_alloc_str")))
-        req_tres = tres_gpus(text(job.get("tres_req_str")))
-        held_types = {i.type for g in gres_detail for i in gpu_items(g) if i.type}
+        fields = _job_fields(job, job_id)
     except ValueError as exc:
-        raise SlurmOutputError(source, where, str(exc)) from None
-    array_job = number(job.get("array_job_id")) or None
-    array_task = number(job.get("array_task_id"))
-    gpus_total, gpus_per_node = derive_gpu_counts(
-        started=bool(nodes) and state != "PENDING",
-        num_nodes=num_nodes,
-        per_node=per_node_req.count,
-        per_job=per_job_req.count,
-        alloc=alloc_tres.count,
-        req=req_tres.count,
-        held=indices,
-    )
-    gtype = gpu_type((per_node_req, per_job_req, req_tres), held_types)
+        raise SlurmOutputError(source, f"job {job_id}", str(exc)) from None
+    return build_job(fields, source)
+
+
+def _job_fields(job: Mapping[str, Any], job_id: int) -> JobFields:
+    """squeue's names and spellings of a job's fields (ValueError: a value that cannot be read)."""
     time_limit_min = number(job.get("time_limit"))
-    try:
-        cpus_node, mem_node = per_node_needs(
-            nodes=num_nodes, gpus_per_node=gpus_per_node, gpus_total=gpus_total, cpus=number(job.get("cpus")),
-            min_cpus_per_node=number(job.get("minimum_cpus_per_node")),
-            cpus_per_gpu=per_gpu(text(job.get("cpus_per_tres"))), mem_per_node=number(job.get("memory_per_node")),
-            mem_per_cpu=number(job.get("memory_per_cpu")), mem_per_gpu=per_gpu(text(job.get("memory_per_tres"))),
-            req_tres=text(job.get("tres_req_str")))
-    except ValueError as exc:
-        raise SlurmOutputError(source, where, str(exc)) from None
-    return SlurmJob(
-        job_id=job_id,
-        array_job_id=array_job,
-        array_task_id=array_task if array_job else None,
-        array_task_spec=text(job.get("array_task_string")),
-        name=text(job.get("name")),
-        user_name=text(job.get("user_name")),
-        user_id=number(job.get("user_id")),
-        partition=text(job.get("partition")),
-        state=state,
-        state_flags=flags,
-        state_reason=reason,
-        priority=priority,
-        held=job_is_held(state, flags, priority, reason),
-        num_nodes=num_nodes,
-        gpus_per_node=gpus_per_node,
-        gpus_total=gpus_total,
-        gpu_type=gtype,
-        node_list=node_list,
-        nodes=nodes,
-        required_nodes=_expand(job.get("required_nodes"), source, where, "required_nodes"),
-        excluded_nodes=_expand(job.get("excluded_nodes"), source, where, "excluded_nodes"),
-        gpu_indices=indices,
+    return JobFields(
+        job_id=job_id, state=words(job.get("job_state")), reason=text(job.get("state_reason")),
+        priority=number(job.get("priority")), name=text(job.get("name")), user_name=text(job.get("user_name")),
+        user_id=number(job.get("user_id")), partition=text(job.get("partition")), account=text(job.get("account")),
+        qos=text(job.get("qos")), node_list=text(job.get("nodes")), num_nodes=number(job.get("node_count")),
+        required_nodes=text(job.get("required_nodes")), excluded_nodes=text(job.get("excluded_nodes")),
+        gres_list=[text(g) for g in (job.get("gres_detail") or [])], gres_order=_alloc_order(job),
+        tres_per_node=text(job.get("tres_per_node")), tres_per_job=text(job.get("tres_per_job")),
+        tres_req=text(job.get("tres_req_str")), tres_alloc=text(job.get("tres_alloc_str")),
+        needs_tres=text(job.get("tres_req_str")), cpus=number(job.get("cpus")),
+        min_cpus_per_node=number(job.get("minimum_cpus_per_node")),
+        cpus_per_gpu=per_gpu(text(job.get("cpus_per_tres"))), mem_per_node=number(job.get("memory_per_node")),
+        mem_per_cpu=number(job.get("memory_per_cpu")), mem_per_gpu=per_gpu(text(job.get("memory_per_tres"))),
+        array_job_id=number(job.get("array_job_id")), array_task_id=number(job.get("array_task_id")),
+        array_task_spec=text(job.get("array_task_string")), array_max_tasks=number(job.get("array_max_tasks")),
         time_limit_s=None if time_limit_min is None else time_limit_min * 60,
-        submit_time=time_epoch(job.get("submit_time")),
-        start_time=None if state == "PENDING" else time_epoch(job.get("start_time")),
-        end_time=None if state in JOB_ACTIVE_STATES else time_epoch(job.get("end_time")),
-        comment=text(job.get("comment")),
-        admin_comment=text(job.get("admin_comment")),
-        restart_cnt=number(job.get("restart_cnt")) or 0,
-        requeue=flag(job.get("requeue"), default=True),
-        batch_flag=flag(job.get("batch_flag"), default=True),
-        tres_per_node=text(job.get("tres_per_node")),
-        eligible_time=time_epoch(job.get("eligible_time")) if state == "PENDING" else None,
-        dependency=text(job.get("dependency")),
-        array_max_tasks=number(job.get("array_max_tasks")) or None,
-        account=text(job.get("account")),
-        qos=text(job.get("qos")),
-        cpus_per_node=cpus_node,
-        mem_per_node=mem_node,
+        submit_time=time_epoch(job.get("submit_time")), start_time=time_epoch(job.get("start_time")),
+        end_time=time_epoch(job.get("end_time")), eligible_time=time_epoch(job.get("eligible_time")),
+        comment=text(job.get("comment")), admin_comment=text(job.get("admin_comment")),
+        restart_cnt=number(job.get("restart_cnt")), requeue=flag(job.get("requeue"), default=True),
+        batch_flag=flag(job.get("batch_flag"), default=True), dependency=text(job.get("dependency")),
         constraint=text(job.get("features")),
     )
 

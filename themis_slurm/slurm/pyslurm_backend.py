@@ -77,22 +77,19 @@ from themis_slurm.slurm.actions import (
     own_record,
 )
 from themis_slurm.slurm.errors import SlurmOutputError
-from themis_slurm.slurm.gres import gpu_indices, gpu_items, gpu_type, tres_gpus
+from themis_slurm.slurm.gres import gpu_items, tres_gpus
+from themis_slurm.slurm.job_builder import JobFields, build_job
 from themis_slurm.slurm.model import AdapterConfig, ManagedJob, Snapshot
 from themis_slurm.slurm.openapi import flag, number, text, time_epoch, words
 from themis_slurm.slurm.parse import feature_set, load_json
 from themis_slurm.slurm.records import (
-    JOB_ACTIVE_STATES,
     NodeGpus,
     SlurmJob,
     SlurmNode,
-    derive_gpu_counts,
-    job_is_held,
     node_available,
     normalise_job_state,
     normalise_node_state,
 )
-from themis_slurm.slurm.resources import per_node_needs
 from themis_slurm.slurm.runner import Runner, SlurmCommandError, SubprocessRunner
 from themis_slurm.slurm.snapshot import SQUEUE, SnapshotReader, build_snapshot, is_managed
 
@@ -119,13 +116,6 @@ class PyslurmCallError(SlurmCommandError):
 
 
 # ------------------------------------------------------------------------------------- reading records
-def _expand(value: Any, where: str, what: str) -> tuple[str, ...]:
-    try:
-        return tuple(hostlist.expand(text(value)))
-    except ValueError as exc:
-        raise SlurmOutputError(SOURCE, where, f"{what}: {exc}") from None
-
-
 def _count_of(value: Any) -> Any:
     return value.get("count") if isinstance(value, Mapping) else value
 
@@ -193,7 +183,7 @@ def _dependency_text(deps: Mapping[str, Any] | None) -> str:
 
 
 def job_from_pyslurm(job: Any, tres_per_job: str = "") -> SlurmJob:
-    """One ``pyslurm.Job`` as a SlurmJob, normalised like `parse.job_from_json`.
+    """One ``pyslurm.Job`` as a SlurmJob, normalised like `parse.job_from_json` (job_builder.build_job).
 
     ``tres_per_job`` is the per-job request as Slurm prints it (``gres/gpu:4``), which pyslurm cannot
     show; the backend fills it from squeue when it matters (module docstring, fallback 4).
@@ -201,93 +191,42 @@ def job_from_pyslurm(job: Any, tres_per_job: str = "") -> SlurmJob:
     job_id = number(job.id)
     if job_id is None:
         raise SlurmOutputError(SOURCE, "job ?", "no job id")
-    where = f"job {job_id}"
-    state, flags = normalise_job_state(text(job.state) or None)
-    reason = text(job.state_reason)
-    priority = number(job.priority)
-    node_list = text(job.allocated_nodes)
-    nodes = _expand(node_list, where, "allocated_nodes")
-    num_nodes = number(job.num_nodes) or len(nodes) or 1
-    per_node_text = gres_request_text(getattr(job, "gres_per_node", None))
     try:
-        detail = job_gres_detail(job)
-        indices = {n: gpu_indices(g) for n, g in detail.items()}
-        per_node_req = tres_gpus(per_node_text)
-        per_job_req = tres_gpus(tres_per_job)
-        alloc_tres = tres_gpus(tres_text(job.allocated_tres))
-        req_tres = tres_gpus(tres_text(job.requested_tres))
-        held_types = {i.type for g in detail.values() for i in gpu_items(g) if i.type}
+        fields = _job_fields(job, job_id, tres_per_job)
     except (ValueError, TypeError, AttributeError) as exc:
-        raise SlurmOutputError(SOURCE, where, str(exc)) from None
-    array_job = number(job.array_id) or None
+        raise SlurmOutputError(SOURCE, f"job {job_id}", str(exc)) from None
+    return build_job(fields, SOURCE)
+
+
+def _job_fields(job: Any, job_id: int, tres_per_job: str) -> JobFields:
+    """pyslurm's attributes of a job, in Slurm's spellings where pyslurm changed them (module docstring)."""
     array_task = number(job.array_task_id)
     waiting = text(job.array_tasks_waiting)
     max_tasks = number(job.array_tasks_parallel) or None
-    if array_job is not None and array_task is None and not waiting:
+    if number(job.array_id) and array_task is None and not waiting:
         array_task = 0  # pyslurm reads task id 0 as unset; a pending remainder would list waiting tasks
-    gpus_total, gpus_per_node = derive_gpu_counts(
-        started=bool(nodes) and state != "PENDING",
-        num_nodes=num_nodes,
-        per_node=per_node_req.count,
-        per_job=per_job_req.count,
-        alloc=alloc_tres.count,
-        req=req_tres.count,
-        held=indices,
-    )
-    gtype = gpu_type((per_node_req, per_job_req, req_tres), held_types)
     time_limit_min = number(job.time_limit)
-    try:  # pyslurm 25.11 shows neither --cpus-per-gpu nor --mem-per-gpu: `cpus` and the request cover them
-        cpus_node, mem_node = per_node_needs(
-            nodes=num_nodes, gpus_per_node=gpus_per_node, gpus_total=gpus_total,
-            cpus=number(getattr(job, "cpus", None)), min_cpus_per_node=number(getattr(job, "min_cpus_per_node", None)),
-            cpus_per_gpu=number(getattr(job, "cpus_per_gpu", None)),
-            mem_per_node=number(getattr(job, "memory_per_node", None)),
-            mem_per_cpu=number(getattr(job, "memory_per_cpu", None)),
-            mem_per_gpu=number(getattr(job, "memory_per_gpu", None)),
-            req_tres=request_text(job.requested_tres))
-    except ValueError as exc:
-        raise SlurmOutputError(SOURCE, where, str(exc)) from None
-    return SlurmJob(
-        job_id=job_id,
-        array_job_id=array_job,
-        array_task_id=array_task if array_job else None,
-        array_task_spec=f"{waiting}%{max_tasks}" if waiting and max_tasks else waiting,
-        name=text(job.name),
-        user_name=text(job.user_name),
-        user_id=number(job.user_id),
-        partition=text(job.partition),
-        state=state,
-        state_flags=flags,
-        state_reason=reason,
-        priority=priority,
-        held=job_is_held(state, flags, priority, reason),
-        num_nodes=num_nodes,
-        gpus_per_node=gpus_per_node,
-        gpus_total=gpus_total,
-        gpu_type=gtype,
-        node_list=node_list,
-        nodes=nodes,
-        required_nodes=_expand(job.required_nodes, where, "required_nodes"),
-        excluded_nodes=_expand(job.excluded_nodes, where, "excluded_nodes"),
-        gpu_indices=indices,
-        time_limit_s=None if time_limit_min is None else time_limit_min * 60,
-        submit_time=time_epoch(job.submit_time),
-        start_time=None if state == "PENDING" else time_epoch(job.start_time),
-        end_time=None if state in JOB_ACTIVE_STATES else time_epoch(job.end_time),
-        comment=text(job.comment),
-        admin_comment=text(job.admin_comment),
-        restart_cnt=number(job.requeue_count) or 0,
-        requeue=flag(job.is_requeueable, default=True),
-        batch_flag=flag(job.is_batch_job, default=True),
-        tres_per_node=per_node_text,
-        eligible_time=time_epoch(job.eligible_time) if state == "PENDING" else None,
-        dependency=_dependency_text(job.dependencies),
-        array_max_tasks=max_tasks,
-        account=text(job.account),
-        qos=text(job.qos),
-        cpus_per_node=cpus_node,
-        mem_per_node=mem_node,
-        constraint=text(getattr(job, "constraints", None)),
+    return JobFields(  # pyslurm 25.11 shows neither --cpus-per-gpu nor --mem-per-gpu: `cpus` and the request cover them
+        job_id=job_id, state=text(job.state) or None, reason=text(job.state_reason), priority=number(job.priority),
+        name=text(job.name), user_name=text(job.user_name), user_id=number(job.user_id),
+        partition=text(job.partition), account=text(job.account), qos=text(job.qos),
+        node_list=text(job.allocated_nodes), num_nodes=number(job.num_nodes), required_nodes=text(job.required_nodes),
+        excluded_nodes=text(job.excluded_nodes), gres_detail=job_gres_detail(job),
+        tres_per_node=gres_request_text(getattr(job, "gres_per_node", None)), tres_per_job=tres_per_job,
+        tres_req=tres_text(job.requested_tres), tres_alloc=tres_text(job.allocated_tres),
+        needs_tres=request_text(job.requested_tres), cpus=number(getattr(job, "cpus", None)),
+        min_cpus_per_node=number(getattr(job, "min_cpus_per_node", None)),
+        cpus_per_gpu=number(getattr(job, "cpus_per_gpu", None)),
+        mem_per_node=number(getattr(job, "memory_per_node", None)),
+        mem_per_cpu=number(getattr(job, "memory_per_cpu", None)),
+        mem_per_gpu=number(getattr(job, "memory_per_gpu", None)), array_job_id=number(job.array_id),
+        array_task_id=array_task, array_task_spec=f"{waiting}%{max_tasks}" if waiting and max_tasks else waiting,
+        array_max_tasks=max_tasks, time_limit_s=None if time_limit_min is None else time_limit_min * 60,
+        submit_time=time_epoch(job.submit_time), start_time=time_epoch(job.start_time),
+        end_time=time_epoch(job.end_time), eligible_time=time_epoch(job.eligible_time), comment=text(job.comment),
+        admin_comment=text(job.admin_comment), restart_cnt=number(job.requeue_count),
+        requeue=flag(job.is_requeueable, default=True), batch_flag=flag(job.is_batch_job, default=True),
+        dependency=_dependency_text(job.dependencies), constraint=text(getattr(job, "constraints", None)),
     )
 
 

@@ -18,19 +18,16 @@ from datetime import datetime
 
 from themis_slurm.slurm import hostlist
 from themis_slurm.slurm.errors import SlurmOutputError
-from themis_slurm.slurm.gres import gpu_indices, gpu_items, gpu_type, tres_gpus
+from themis_slurm.slurm.gres import gpu_items
+from themis_slurm.slurm.job_builder import JobFields, build_job
 from themis_slurm.slurm.records import (
-    JOB_ACTIVE_STATES,
     NodeGpus,
     SlurmJob,
     SlurmNode,
-    derive_gpu_counts,
-    job_is_held,
     node_available,
-    normalise_job_state,
     normalise_node_state,
 )
-from themis_slurm.slurm.resources import mebibytes, per_gpu, per_node_needs
+from themis_slurm.slurm.resources import mebibytes, per_gpu
 
 FREE_TEXT_KEYS = frozenset({
     "JobName", "Comment", "AdminComment", "SystemComment", "Command", "WorkDir", "StdErr", "StdIn",
@@ -145,91 +142,53 @@ def _user(value: str) -> tuple[str, int | None]:
 
 
 def job_from_kv(pairs: list[tuple[str, str]]) -> SlurmJob:
-    """One ``scontrol show job -d -o`` line (already split) as a SlurmJob."""
+    """One ``scontrol show job -d -o`` line (already split) as a SlurmJob (job_builder.build_job)."""
     d = _first(pairs)
     job_id = _int(d, "JobId")
     if job_id is None:
         raise SlurmOutputError("scontrol show job", "job ?", "no JobId")
-    where = f"job {job_id}"
     try:
-        state, flags = normalise_job_state(_val(d, "JobState"))
-        reason = _val(d, "Reason")
-        priority = _int(d, "Priority")
-        node_list = _val(d, "NodeList")
-        nodes = tuple(hostlist.expand(node_list))
-        num_nodes = _int(d, "NumNodes") or len(nodes) or 1
-        indices: dict[str, tuple[int, ...]] = {}
-        held_types: set[str] = set()
-        group_nodes: list[str] = []
-        for k, v in pairs:  # -d detail: "Nodes=node[1-2] CPU_IDs=0-1 Mem=0 GRES=gpu:a100:2(IDX:0-1)"
-            if k == "Nodes":
-                group_nodes = hostlist.expand(v)
-            elif k == "GRES" and group_nodes and v.strip():
-                for n in group_nodes:
-                    indices[n] = gpu_indices(v)
-                held_types.update(i.type for i in gpu_items(v) if i.type)
-        per_node = tres_gpus(_val(d, "TresPerNode"))
-        per_job = tres_gpus(_val(d, "TresPerJob"))
-        tres = tres_gpus(_val(d, "TRES"))
-        job_gres = tres_gpus(_val(d, "JOB_GRES"))  # -d: GPUs the started job holds, all nodes together
-        started = bool(nodes) and state != "PENDING"
-        total, per = derive_gpu_counts(started=started, num_nodes=num_nodes, per_node=per_node.count,
-                                       per_job=per_job.count,
-                                       alloc=(job_gres.count or tres.count) if started else 0,
-                                       req=tres.count, held=indices)
-        cpus_node, mem_node = per_node_needs(
-            nodes=num_nodes, gpus_per_node=per, gpus_total=total, cpus=_int(d, "NumCPUs"),
-            min_cpus_per_node=_int(d, "MinCPUsNode"), cpus_per_gpu=per_gpu(_val(d, "CpusPerTres")),
-            mem_per_node=mebibytes(_val(d, "MinMemoryNode")), mem_per_cpu=mebibytes(_val(d, "MinMemoryCPU")),
-            mem_per_gpu=per_gpu(_val(d, "MemPerTres")), req_tres=_val(d, "ReqTRES") or _val(d, "TRES"))
-        user, uid = _user(_val(d, "UserId"))
-        array_job = _int(d, "ArrayJobId")
-        task = _val(d, "ArrayTaskId")
-        task_id = int(task) if task.isdigit() else None
-        return SlurmJob(
-            job_id=job_id,
-            array_job_id=array_job or None,
-            array_task_id=task_id if array_job else None,
-            array_task_spec="" if task_id is not None else task,
-            name=d.get("JobName", ""),
-            user_name=user,
-            user_id=uid,
-            partition=_val(d, "Partition"),
-            state=state,
-            state_flags=flags,
-            state_reason="" if reason == "None" else reason,
-            priority=priority,
-            held=job_is_held(state, flags, priority, reason),
-            num_nodes=num_nodes,
-            gpus_per_node=per,
-            gpus_total=total,
-            gpu_type=gpu_type((per_node, per_job, tres, job_gres), held_types),
-            node_list=node_list,
-            nodes=nodes,
-            required_nodes=tuple(hostlist.expand(_val(d, "ReqNodeList"))),
-            excluded_nodes=tuple(hostlist.expand(_val(d, "ExcNodeList"))),
-            gpu_indices=indices,
-            time_limit_s=parse_duration(_val(d, "TimeLimit")),
-            submit_time=parse_time(d.get("SubmitTime", "")),
-            start_time=parse_time(d.get("StartTime", "")) if state != "PENDING" else None,
-            end_time=None if state in JOB_ACTIVE_STATES else parse_time(d.get("EndTime", "")),
-            comment=_val(d, "Comment"),
-            admin_comment=_val(d, "AdminComment"),
-            restart_cnt=_int(d, "Restarts") or 0,
-            requeue=_val(d, "Requeue") != "0",
-            batch_flag=_val(d, "BatchFlag") != "0",
-            tres_per_node=_val(d, "TresPerNode"),
-            eligible_time=parse_time(d.get("EligibleTime", "")) if state == "PENDING" else None,
-            dependency=_val(d, "Dependency"),
-            array_max_tasks=_int(d, "ArrayTaskThrottle") or None,
-            account=_val(d, "Account"),
-            qos=_val(d, "QOS"),
-            cpus_per_node=cpus_node,
-            mem_per_node=mem_node,
-            constraint=_val(d, "Features"),
-        )
+        fields = _job_fields(d, pairs, job_id)
     except ValueError as exc:
-        raise SlurmOutputError("scontrol show job", where, str(exc)) from None
+        raise SlurmOutputError("scontrol show job", f"job {job_id}", str(exc)) from None
+    return build_job(fields, "scontrol show job")
+
+
+def _gres_detail(pairs: list[tuple[str, str]]) -> dict[str, str]:
+    """Node -> its GRES detail, from the -d groups ``Nodes=node[1-2] CPU_IDs=0-1 Mem=0 GRES=gpu:a100:2(IDX:0-1)``."""
+    out: dict[str, str] = {}
+    group_nodes: list[str] = []
+    for k, v in pairs:
+        if k == "Nodes":
+            group_nodes = hostlist.expand(v)
+        elif k == "GRES" and group_nodes and v.strip():
+            out.update(dict.fromkeys(group_nodes, v))
+    return out
+
+
+def _job_fields(d: dict[str, str], pairs: list[tuple[str, str]], job_id: int) -> JobFields:
+    """scontrol's keys and spellings of a job's fields (ValueError: a value that cannot be read)."""
+    user, uid = _user(_val(d, "UserId"))
+    task = _val(d, "ArrayTaskId")
+    task_id = int(task) if task.isdigit() else None
+    return JobFields(
+        job_id=job_id, state=_val(d, "JobState"), reason=_val(d, "Reason"), priority=_int(d, "Priority"),
+        name=d.get("JobName", ""), user_name=user, user_id=uid, partition=_val(d, "Partition"),
+        account=_val(d, "Account"), qos=_val(d, "QOS"), node_list=_val(d, "NodeList"),
+        num_nodes=_int(d, "NumNodes"), required_nodes=_val(d, "ReqNodeList"), excluded_nodes=_val(d, "ExcNodeList"),
+        gres_detail=_gres_detail(pairs), tres_per_node=_val(d, "TresPerNode"), tres_per_job=_val(d, "TresPerJob"),
+        tres_req=_val(d, "TRES"), tres_alloc=_val(d, "TRES"), held_gres=_val(d, "JOB_GRES"),
+        needs_tres=_val(d, "ReqTRES") or _val(d, "TRES"), cpus=_int(d, "NumCPUs"),
+        min_cpus_per_node=_int(d, "MinCPUsNode"), cpus_per_gpu=per_gpu(_val(d, "CpusPerTres")),
+        mem_per_node=mebibytes(_val(d, "MinMemoryNode")), mem_per_cpu=mebibytes(_val(d, "MinMemoryCPU")),
+        mem_per_gpu=per_gpu(_val(d, "MemPerTres")), array_job_id=_int(d, "ArrayJobId"), array_task_id=task_id,
+        array_task_spec="" if task_id is not None else task, array_max_tasks=_int(d, "ArrayTaskThrottle"),
+        time_limit_s=parse_duration(_val(d, "TimeLimit")), submit_time=parse_time(d.get("SubmitTime", "")),
+        start_time=parse_time(d.get("StartTime", "")), end_time=parse_time(d.get("EndTime", "")),
+        eligible_time=parse_time(d.get("EligibleTime", "")), comment=_val(d, "Comment"),
+        admin_comment=_val(d, "AdminComment"), restart_cnt=_int(d, "Restarts"), requeue=_val(d, "Requeue") != "0",
+        batch_flag=_val(d, "BatchFlag") != "0", dependency=_val(d, "Dependency"), constraint=_val(d, "Features"),
+    )
 
 
 def node_from_kv(pairs: list[tuple[str, str]]) -> SlurmNode:
