@@ -98,14 +98,6 @@ class SlurmJob:
         return self.array_task_id is not None
 
     @property
-    def is_pending(self) -> bool:
-        return self.state == "PENDING"
-
-    @property
-    def is_running(self) -> bool:
-        return self.state == "RUNNING"
-
-    @property
     def is_active(self) -> bool:
         """Still holds or wants resources (pending, running, suspended, completing, ...)."""
         return self.state in JOB_ACTIVE_STATES
