@@ -39,7 +39,8 @@ from themis_slurm.core.decision import Decision
 from themis_slurm.core.tenancy import app_shares
 from themis_slurm.core.workload import Job
 from themis_slurm.policies.base import PolicyContext
-from themis_slurm.policies.common import INF, BaselineScratchpad
+from themis_slurm.policies.fit import INF
+from themis_slurm.policies.scratchpad import BaselineScratchpad
 
 _TOL = 1e-9
 

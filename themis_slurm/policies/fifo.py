@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from themis_slurm.core.decision import Decision
 from themis_slurm.policies.base import PolicyContext
-from themis_slurm.policies.common import BaselineScratchpad, priority_fill
+from themis_slurm.policies.fill import priority_fill
+from themis_slurm.policies.scratchpad import BaselineScratchpad
 
 
 class FifoPolicy:

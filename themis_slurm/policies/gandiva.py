@@ -34,7 +34,11 @@ from themis_slurm.core.decision import Decision
 from themis_slurm.core.placement import Pool
 from themis_slurm.core.workload import Job
 from themis_slurm.policies.base import PolicyContext
-from themis_slurm.policies.common import INF, BaselineScratchpad, EpochClock, WaitClock, priority_fill
+from themis_slurm.policies.epochs import EpochClock
+from themis_slurm.policies.fill import priority_fill
+from themis_slurm.policies.fit import INF
+from themis_slurm.policies.queue_order import WaitClock
+from themis_slurm.policies.scratchpad import BaselineScratchpad
 
 
 class GandivaPolicy:

@@ -47,8 +47,9 @@ from themis_slurm.core.decision import Decision
 from themis_slurm.core.tenancy import app_shares
 from themis_slurm.core.workload import App, Job
 from themis_slurm.policies.base import PolicyContext
-from themis_slurm.policies.common import INF, BaselineScratchpad
 from themis_slurm.policies.fairshare import job_time_fractions, water_fill
+from themis_slurm.policies.fit import INF
+from themis_slurm.policies.scratchpad import BaselineScratchpad
 
 _EPS = 1e-3  # seconds: how close to a round's end counts as its end
 

@@ -34,7 +34,9 @@ from themis_slurm.core.placement import get_profile
 from themis_slurm.core.topology import Level
 from themis_slurm.core.workload import Job
 from themis_slurm.policies.base import PolicyContext
-from themis_slurm.policies.common import MIN_REMAINING, BaselineScratchpad, grow_elastic, priority_fill
+from themis_slurm.policies.fill import grow_elastic, priority_fill
+from themis_slurm.policies.fit import MIN_REMAINING
+from themis_slurm.policies.scratchpad import BaselineScratchpad
 
 
 class OptimusPolicy:

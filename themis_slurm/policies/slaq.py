@@ -35,14 +35,10 @@ from themis_slurm.core.placement import get_profile
 from themis_slurm.core.topology import Level
 from themis_slurm.core.workload import Job
 from themis_slurm.policies.base import PolicyContext
-from themis_slurm.policies.common import (
-    INF,
-    MIN_REMAINING,
-    BaselineScratchpad,
-    EpochClock,
-    grow_elastic,
-    priority_fill,
-)
+from themis_slurm.policies.epochs import EpochClock
+from themis_slurm.policies.fill import grow_elastic, priority_fill
+from themis_slurm.policies.fit import INF, MIN_REMAINING
+from themis_slurm.policies.scratchpad import BaselineScratchpad
 
 
 class SlaqPolicy:

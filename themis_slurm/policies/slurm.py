@@ -33,7 +33,9 @@ from themis_slurm.core.placement import Pool
 from themis_slurm.core.tenancy import fractions
 from themis_slurm.core.workload import Job
 from themis_slurm.policies.base import PolicyContext
-from themis_slurm.policies.common import BaselineScratchpad, estimated_runtime, in_key_order
+from themis_slurm.policies.fit import estimated_runtime
+from themis_slurm.policies.queue_order import in_key_order
+from themis_slurm.policies.scratchpad import BaselineScratchpad
 
 DAY = 86400.0
 

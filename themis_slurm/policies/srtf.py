@@ -20,7 +20,10 @@ from __future__ import annotations
 from themis_slurm.core.decision import Decision
 from themis_slurm.core.workload import Job
 from themis_slurm.policies.base import PolicyContext
-from themis_slurm.policies.common import MIN_REMAINING, BaselineScratchpad, in_key_order, priority_fill
+from themis_slurm.policies.fill import priority_fill
+from themis_slurm.policies.fit import MIN_REMAINING
+from themis_slurm.policies.queue_order import in_key_order
+from themis_slurm.policies.scratchpad import BaselineScratchpad
 
 
 def remaining_time(job: Job) -> float:

@@ -38,14 +38,10 @@ from collections.abc import Sequence
 from themis_slurm.core.decision import Decision
 from themis_slurm.core.workload import Job
 from themis_slurm.policies.base import PolicyContext
-from themis_slurm.policies.common import (
-    INF,
-    BaselineScratchpad,
-    WaitClock,
-    in_key_order,
-    priority_fill,
-    profile_sensitive,
-)
+from themis_slurm.policies.fill import priority_fill
+from themis_slurm.policies.fit import INF, profile_sensitive
+from themis_slurm.policies.queue_order import WaitClock, in_key_order
+from themis_slurm.policies.scratchpad import BaselineScratchpad
 
 
 class TiresiasPolicy:

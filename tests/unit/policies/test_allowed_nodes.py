@@ -1,7 +1,7 @@
 """Every registered policy grants a job GPUs only on the nodes Slurm could start it on (Job.allowed_nodes).
 
 The simulator runs the baselines on the same states as Themis; they all place through
-:func:`themis_slurm.policies.common.shape_fit` (BaselineScratchpad.fit), which restricts each search to the
+:func:`themis_slurm.policies.fit.shape_fit` (BaselineScratchpad.fit), which restricts each search to the
 job's allowed nodes, so none may grant a job where Slurm would refuse it, start a job allowed nowhere, or
 preempt a running job for a start that cannot happen.
 """
@@ -21,7 +21,7 @@ from themis_slurm.core.state import ClusterState
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import Job
 from themis_slurm.policies import POLICIES, make_policy
-from themis_slurm.policies.common import shape_fit
+from themis_slurm.policies.fit import shape_fit
 
 from .helpers import app, check, ctx, job, state, step
 from .test_properties import OPTIONS, random_state

@@ -1,4 +1,4 @@
-"""policies.common.in_key_order: three stable sorts give the order of one sort on (key, submit, id) tuples."""
+"""policies.queue_order.in_key_order: three stable sorts give the order of one sort on (key, submit, id) tuples."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 import pytest
 
 from themis_slurm.core.workload import Job
-from themis_slurm.policies.common import in_key_order
+from themis_slurm.policies.queue_order import in_key_order
 
 
 @pytest.mark.parametrize("seed", range(40))

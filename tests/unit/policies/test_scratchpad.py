@@ -10,7 +10,7 @@ import pytest
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import Lease
 from themis_slurm.policies import NAMES, make_policy
-from themis_slurm.policies.common import BaselineScratchpad
+from themis_slurm.policies.scratchpad import BaselineScratchpad
 
 from .helpers import app, ctx, job, state
 
@@ -96,7 +96,7 @@ def test_the_tail_of_a_full_queue_is_named_when_first_read() -> None:
     """priority_fill stops at a full cluster and leaves the rest of the queue to wait_rest: nothing is
     entered until the reasons are read, and then every job of the tail that holds no GPUs says why, as if
     the loop had named them one by one; a reason given before (or after) the tail is not overwritten."""
-    from themis_slurm.policies.common import priority_fill
+    from themis_slurm.policies.fill import priority_fill
 
     pad = _queue_on_a_full_cluster()
     queue = pad.waiting()
