@@ -186,7 +186,7 @@ def idle_phase(host: str, port: int, a: argparse.Namespace, header_timeout: floa
 
 def serve(a: argparse.Namespace, tmp: Path) -> Any:
     from tests.unit.api import world
-    from themis_slurm.daemon.planning import finish_times  # what themisd injects
+    from themis_slurm.daemon.config import Config  # the lease terms themisd's default config gives
 
     db = world.build_store(tmp / "state")
     conf = tmp / "slurm.conf"
@@ -200,7 +200,7 @@ def serve(a: argparse.Namespace, tmp: Path) -> Any:
                 raise SystemExit(f"this server does not take {key}=")
             extra[key] = getattr(a, key)
     return start_api_server(db, "127.0.0.1:0", str(conf), snapshot=lambda: snap, decoder=world.fake_decoder,
-                            names=world.names, estimator=finish_times, **extra)
+                            names=world.names, round_terms=lambda: Config().round_terms, **extra)
 
 
 def table(load: dict[str, Any], idle: dict[str, Any], settings: dict[str, Any]) -> str:

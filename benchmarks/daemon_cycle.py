@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO))
 from themis_slurm.core.topology import Topology  # noqa: E402
 from themis_slurm.daemon.config import parse  # noqa: E402
 from themis_slurm.daemon.loop import Daemon  # noqa: E402
-from themis_slurm.daemon.store import Store  # noqa: E402
+from themis_slurm.state.store import Store  # noqa: E402
 
 
 def in_memory(pending: int, running: int, cycles: int) -> dict[str, object]:

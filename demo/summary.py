@@ -11,12 +11,14 @@ from __future__ import annotations
 import argparse
 import re
 from collections import defaultdict
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from themis_slurm.api.db import StateReader, connect_ro
 from themis_slurm.cli.client import Client, load_settings
 from themis_slurm.cli.output import Column, TableOptions, render, rho_text
+from themis_slurm.state.reader import StateReader, connect_ro
+from themis_slurm.state.rows import DecisionRow
 
 START_RE = re.compile(r"^start run=(\d+) step=(\d+)")
 WARN_RE = re.compile(r"^SIGUSR1: checkpoint at step (\d+)")
@@ -38,33 +40,33 @@ def _rounds_table(rounds: list[dict[str, Any]], start: float) -> str:
 def _handoffs(db: StateReader, start: float) -> list[str]:
     """One line per round in which a lease expired and its GPUs went to another app."""
     rows = db.decisions(("grant", "preemption"))
-    by_round: dict[int, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    by_round: dict[int, dict[str, list[DecisionRow]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
-        by_round[r["round_id"]][r["action"]].append(r)
+        by_round[r.round_id][r.action].append(r)
     lines = []
     for acts in by_round.values():
         lost = acts.get("preemption", [])
-        won = [g for g in acts.get("grant", []) if g["app_key"] not in {p["app_key"] for p in lost}]
+        won = [g for g in acts.get("grant", []) if g.app_key not in {p.app_key for p in lost}]
         if not lost or not won:
             continue
-        t = lost[0]["time"] - start
-        out = ", ".join(f"{p['app_key']} job {p['job_id']} ({p['gpus']} GPUs)" for p in lost)
+        t = lost[0].time - start
+        out = ", ".join(f"{p.app_key} job {p.job_id} ({p.gpus} GPUs)" for p in lost)
         to = ", ".join(_jobs_text(app, grants) for app, grants in _by_app(won).items())
         lines.append(f"  t={t:4.0f} s: lease not renewed for {out} -> {to}")
     return lines
 
 
-def _by_app(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+def _by_app(rows: list[DecisionRow]) -> dict[str, list[DecisionRow]]:
+    out: dict[str, list[DecisionRow]] = defaultdict(list)
     for r in rows:
-        out[r["app_key"]].append(r)
+        out[r.app_key].append(r)
     return out
 
 
-def _jobs_text(app: str, grants: list[dict[str, Any]]) -> str:
-    gpus = sum(g["gpus"] or 0 for g in grants)
+def _jobs_text(app: str, grants: list[DecisionRow]) -> str:
+    gpus = sum(g.gpus or 0 for g in grants)
     if len(grants) == 1:
-        return f"{app} job {grants[0]['job_id']} ({gpus} GPUs)"
+        return f"{app} job {grants[0].job_id} ({gpus} GPUs)"
     return f"{app} {len(grants)} jobs ({gpus} GPUs)"
 
 
@@ -96,10 +98,8 @@ def main() -> None:
     client = Client(settings)
     apps = client.get("/v1/apps", {"all": "1"})["apps"]
     with StateReader(connect_ro(settings.db_path), str(settings.db_path)) as db:
-        rounds = list(reversed(db.rounds(1000)))
+        rounds = [{**asdict(r), "n": i} for i, r in enumerate(reversed(db.rounds(1000)), 1)]
         handoffs = _handoffs(db, args.start)
-    for i, r in enumerate(rounds, 1):
-        r["n"] = i
     resumes, warnings = _resumes(args.jobs_dir)
 
     print("Rounds (WORST_RHO: the worst-off app's rho when the round began):")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 from themis_slurm.core.decision import (
     AppRecord,
@@ -124,34 +124,72 @@ def preemption_cause(cause: PreemptionCause | str) -> str:
 
 
 # ------------------------------------------------------------------------------------------ stored rows
-def note_of(row: Mapping[str, Any]) -> ReservationNote | None:
+class StoredDecision(Protocol):
+    """What the sentences read of a decision row of the audit log (state.rows.DecisionRow)."""
+
+    @property
+    def action(self) -> str: ...
+    @property
+    def outcome(self) -> str | None: ...
+    @property
+    def rank(self) -> int | None: ...
+    @property
+    def ranked(self) -> int | None: ...
+    @property
+    def won_gpus(self) -> int | None: ...
+    @property
+    def kept_gpus(self) -> int | None: ...
+    @property
+    def kept_by(self) -> str | None: ...
+    @property
+    def payment(self) -> float | None: ...
+    @property
+    def leftover_gpus(self) -> int | None: ...
+    @property
+    def reservation_job(self) -> str | None: ...
+    @property
+    def reservation_gpus(self) -> int | None: ...
+    @property
+    def reservation_held(self) -> int | None: ...
+    @property
+    def reservation_start_in_s(self) -> float | None: ...
+    @property
+    def reservation_started(self) -> int | None: ...
+    @property
+    def source(self) -> str | None: ...
+    @property
+    def cause(self) -> str | None: ...
+    @property
+    def cut_s(self) -> float | None: ...
+    @property
+    def instead_of(self) -> str | None: ...
+
+
+def note_of(row: StoredDecision) -> ReservationNote | None:
     """The ReservationNote of a decision row (columns reservation_*), None when it has none."""
-    if row.get("reservation_job") is None:
+    if row.reservation_job is None:
         return None
-    return ReservationNote(str(row["reservation_job"]), int(row.get("reservation_gpus") or 0),
-                           int(row.get("reservation_held") or 0), float(row.get("reservation_start_in_s") or 0.0),
-                           bool(row.get("reservation_started")))
+    return ReservationNote(str(row.reservation_job), int(row.reservation_gpus or 0), int(row.reservation_held or 0),
+                           float(row.reservation_start_in_s or 0.0), bool(row.reservation_started))
 
 
-def app_row(row: Mapping[str, Any], fairness_knob: float | None = None) -> str | None:
+def app_row(row: StoredDecision, fairness_knob: float | None = None) -> str | None:
     """:func:`app_outcome` of a decision row's columns (outcome, rank, ...); None for a row without them
     (written by an older daemon: show its stored text as it is)."""
-    if row.get("outcome") is None:
+    if row.outcome is None:
         return None
-    return app_outcome(row["outcome"], row.get("rank"), row.get("ranked"), row.get("won_gpus") or 0,
-                       row.get("kept_gpus") or 0, row.get("kept_by") or KeptBy.ALL, row.get("payment"),
-                       row.get("leftover_gpus") or 0, note_of(row), fairness_knob)
+    return app_outcome(row.outcome, row.rank, row.ranked, row.won_gpus or 0, row.kept_gpus or 0,
+                       row.kept_by or KeptBy.ALL, row.payment, row.leftover_gpus or 0, note_of(row), fairness_knob)
 
 
-def job_row(row: Mapping[str, Any], fairness_knob: float | None = None) -> str | None:
+def job_row(row: StoredDecision, fairness_knob: float | None = None) -> str | None:
     """The sentence of a grant, renewal or preemption row from its columns; None for an older daemon's row."""
-    action = row.get("action")
-    if action == "grant" and row.get("source") is not None:
-        return grant(str(row["source"]), app_row(row, fairness_knob) or "")
-    if action == "renewal" and row.get("cause") is not None:
-        return renewal_cause(row["cause"], row.get("cut_s"), row.get("instead_of"))
-    if action == "preemption" and row.get("cause") is not None:
-        return preemption_cause(row["cause"])
+    if row.action == "grant" and row.source is not None:
+        return grant(str(row.source), app_row(row, fairness_knob) or "")
+    if row.action == "renewal" and row.cause is not None:
+        return renewal_cause(row.cause, row.cut_s, row.instead_of)
+    if row.action == "preemption" and row.cause is not None:
+        return preemption_cause(row.cause)
     return None
 
 

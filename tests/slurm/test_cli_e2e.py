@@ -27,7 +27,8 @@ from themisd_guard import running_themisd  # tests/slurm is on sys.path under py
 
 from themis_slurm.api import ApiServer, start_api_server
 from themis_slurm.api.slurmconf import read_slurm_conf
-from themis_slurm.daemon.store import AppRow, JobRow, Store
+from themis_slurm.state.rows import AppRow, JobRow
+from themis_slurm.state.store import Store
 
 if TYPE_CHECKING:  # conftest is not importable at run time; pytest injects the fixtures
     from conftest import Cluster

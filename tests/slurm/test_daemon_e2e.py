@@ -43,10 +43,11 @@ import pytest
 from themisd_guard import running_themisd  # tests/slurm is on sys.path under pytest
 
 from themis_slurm import reasons
-from themis_slurm.daemon.store import Store
 from themis_slurm.slurm import hostlist
 from themis_slurm.slurm.backend import CliBackend
 from themis_slurm.slurm.model import Snapshot
+from themis_slurm.state.rows import DecisionRow, rows_of
+from themis_slurm.state.store import Store
 
 if TYPE_CHECKING:  # conftest is not an importable module at run time; pytest injects the fixtures
     from conftest import Cluster
@@ -391,10 +392,10 @@ def test_kept_wide_gangs_renew_and_are_never_preempted(cluster: Cluster, daemon_
         db = d.db()
         db.row_factory = sqlite3.Row
         assert db.execute("SELECT COALESCE(SUM(preemptions), 0) FROM rounds").fetchone()[0] == 0
-        rows = [dict(r) for r in db.execute("SELECT * FROM decisions WHERE action = 'renewal'").fetchall()]
-        kept = {int(r["job_id"]) for r in rows if r["cause"] == "wide_gang"}
+        rows = rows_of(DecisionRow, db.execute("SELECT * FROM decisions WHERE action = 'renewal'"))
+        kept = {int(r.job_id or 0) for r in rows if r.cause == "wide_gang"}
         assert kept == set(gangs), rows  # each gang outlived at least one 20 s lease and was renewed
-        assert all("wide gang keeps its GPUs" in (reasons.job_row(r) or "") for r in rows if r["cause"] == "wide_gang")
+        assert all("wide gang keeps its GPUs" in (reasons.job_row(r) or "") for r in rows if r.cause == "wide_gang")
         first_end = min((cluster.jobs_dir / f"done-{j}").stat().st_mtime for j in gangs)
         started = db.execute("SELECT MIN(time) FROM events WHERE kind = 'started' AND app_key = ?",
                              (f"{ALICE}/waiting",)).fetchone()[0]  # fmt: skip

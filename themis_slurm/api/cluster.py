@@ -6,8 +6,7 @@ standalone (``themis serve-api``, or the CLI reading the database directly) :cla
 one itself through the adapter, at most once per `ttl_s` whatever the request rate, so the API can never
 flood slurmctld (two calls per snapshot: ``squeue --json`` and ``sinfo --json``).
 
-:func:`held_for_granted` (GPUs held for granted jobs not running yet) is defined here, below the daemon,
-and used by both themisd's round and the API's GPU states.
+Which GPUs are held for granted jobs (the GPU state ``starting``) is themisd's own rule, state.held.
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 from themis_slurm.slurm.model import AdapterConfig, Snapshot
 
@@ -107,77 +105,3 @@ def gpu_states(snap: Snapshot, starting: Mapping[str, Iterable[int]]) -> list[Gp
             state, job = "unavailable", None
         out.append(GpuState(g.id, g.node, g.index, g.island, g.rack, state, job))
     return out
-
-
-class GrantedRow(Protocol):
-    """What :func:`held_for_granted` reads of a job's row (daemon.store.JobRow, or :class:`Granted`)."""
-
-    @property
-    def job_id(self) -> str: ...
-    @property
-    def intent(self) -> str: ...
-    @property
-    def grant_time(self) -> float | None: ...
-    @property
-    def planned_nodes(self) -> Mapping[str, int]: ...
-    @property
-    def planned_gpus(self) -> frozenset[int]: ...
-
-
-@dataclass(frozen=True)
-class Granted:
-    """A GrantedRow from a row dict of the jobs table (api.db: JSON columns decoded)."""
-
-    job_id: str
-    intent: str
-    grant_time: float | None
-    planned_nodes: Mapping[str, int]
-    planned_gpus: frozenset[int]
-
-    @classmethod
-    def of(cls, row: Mapping[str, Any]) -> Granted:
-        return cls(str(row["job_id"]), str(row.get("intent")), row.get("grant_time"),
-                   {str(n): int(c) for n, c in dict(row.get("planned_nodes") or {}).items()},
-                   frozenset(int(g) for g in row.get("planned_gpus") or ()))
-
-
-#: Intents of a job that lost its lease; one whose row plans GPUs is moving there (daemon/planning.py).
-MOVING = ("warning", "warned", "requeueing")
-
-
-def held_for_granted(snap: Snapshot, rows: Iterable[GrantedRow]) -> dict[str, frozenset[int]]:
-    """GPUs held for jobs a round granted (intent granted or starting) that Slurm does not show running yet,
-    and for jobs being moved (warned and requeued to start on other GPUs: their destination, `MOVING`).
-
-    The one definition, used by themisd's round (the GPUs are not offered again; `themis_gpus{state=
-    "starting"}`) and by the API's GPU states (`themis status`, /v1/topology), so the two cannot disagree.
-    Slurm chooses GPU indices inside a node, so what a grant holds is a per-node count: the granted ids
-    while they are free, else other free ids of the same node. Released jobs (``starting``) come first
-    (Slurm may start them any moment), then grants in the order they were made. (Not the core's
-    wide-gang reservation, which is Decision.reserved_gpus.)
-    """
-    topo = snap.topology
-    live = {m.job_id: m for m in snap.managed}
-    avail = set(snap.free)
-    out: dict[str, frozenset[int]] = {}
-    pending = [r for r in rows if r.job_id in live and (
-        (r.intent in ("starting", "granted") and live[r.job_id].state != "RUNNING")
-        or (r.intent in MOVING and r.planned_nodes))]  # fmt: skip
-    pending.sort(key=lambda r: (r.intent != "starting", r.grant_time or 0.0, r.job_id))
-    for r in pending:
-        got: set[int] = set()
-        for node, count in sorted(r.planned_nodes.items()):
-            on_node = topo.node_gpus.get(node, ())
-            first = [g for g in on_node if g in r.planned_gpus and g in avail]
-            rest = [g for g in on_node if g not in r.planned_gpus and g in avail]
-            take = (first + rest)[:count]
-            got.update(take)
-            avail.difference_update(take)
-        out[r.job_id] = frozenset(got)
-    return out
-
-
-def held_from_rows(snap: Snapshot, rows: Iterable[Mapping[str, Any]]) -> dict[str, frozenset[int]]:
-    """:func:`held_for_granted` over the jobs table's row dicts (what the views read)."""
-    return held_for_granted(snap, [Granted.of(r) for r in rows
-                                   if r.get("intent") in ("granted", "starting", *MOVING)])

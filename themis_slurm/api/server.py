@@ -41,8 +41,10 @@ from urllib.parse import parse_qsl, urlsplit
 from themis_slurm.api import views
 from themis_slurm.api.auth import Authenticator, Decoder, unmunge_decoder, user_name
 from themis_slurm.api.cluster import CachedSnapshot, SnapshotSource
-from themis_slurm.api.db import StateFactory, StateUnavailable, reader_factory
 from themis_slurm.api.slurmconf import SlurmConfInfo, read_slurm_conf
+from themis_slurm.state.errors import StateUnavailable
+from themis_slurm.state.reader import StateFactory, reader_factory
+from themis_slurm.state.round_input import RoundTerms
 
 log = logging.getLogger("themis.api")
 DEFAULT_LISTEN = "127.0.0.1:8787"
@@ -93,7 +95,9 @@ class ApiApp:
     last_cycle: Callable[[], float | None] | None = None
     snapshot_error: Callable[[], str | None] | None = None
     clock: Callable[[], float] = time.time
-    estimator: views.Estimator | None = None  # T_id/T_sh of each app, injected (themisd, the CLI)
+    #: what themisd's config says of leases, read at each request (a SIGHUP may change it): T_id/T_sh of each
+    #: app are made from it (state/finish.py); None: no estimates
+    round_terms: Callable[[], RoundTerms] | None = None
     pending_actions: Callable[[], Sequence[dict[str, Any]]] | None = None  # themisd's retried actions
 
     def handle(self, path: str, query: str, auth_header: str | None) -> tuple[int, Any]:
@@ -109,7 +113,7 @@ class ApiApp:
                 snap = self.snapshot()
                 ctx = views.Context(state, snap, viewer, self.conf, now=self.clock(), snapshot_error=self._snap_error(),
                                     last_cycle=self.last_cycle() if self.last_cycle else None,
-                                    estimator=self.estimator,
+                                    round_terms=self.round_terms() if self.round_terms else None,
                                     pending_actions=self.pending_actions() if self.pending_actions else ())
                 return 200, view(ctx, params)
         except views.BadRequest as e:
@@ -415,7 +419,7 @@ def build_app(store: str | Path | StateFactory, slurm_conf: str | None = None, *
               snapshot: SnapshotSource | None = None, partitions: tuple[str, ...] = ("gpu",),
               operators: tuple[str, ...] = (), decoder: Decoder | None = None,
               last_cycle: Callable[[], float | None] | None = None,
-              names: Callable[[int], str] = user_name, estimator: views.Estimator | None = None,
+              names: Callable[[int], str] = user_name, round_terms: Callable[[], RoundTerms] | None = None,
               pending_actions: Callable[[], Sequence[dict[str, Any]]] | None = None) -> ApiApp:
     """The ApiApp for a state database path (or a factory of StateReaders) and a slurm.conf."""
     conf = read_slurm_conf(slurm_conf)
@@ -423,7 +427,7 @@ def build_app(store: str | Path | StateFactory, slurm_conf: str | None = None, *
     privileged = (*operators, *([conf.slurm_user] if conf.slurm_user else []))
     auth = Authenticator(decoder or unmunge_decoder(conf.munge_socket), privileged, names)
     source = snapshot or CachedSnapshot(partitions, slurm_conf or None)
-    return ApiApp(factory, auth, conf, source, last_cycle, estimator=estimator, pending_actions=pending_actions)
+    return ApiApp(factory, auth, conf, source, last_cycle, round_terms=round_terms, pending_actions=pending_actions)
 
 
 def start_api_server(store_path_or_factory: str | Path | StateFactory, listen: str = DEFAULT_LISTEN,
@@ -437,9 +441,9 @@ def start_api_server(store_path_or_factory: str | Path | StateFactory, listen: s
     calls; without it the server reads Slurm itself, at most every 5 s), ``partitions`` (managed
     partitions, for that standalone read), ``operators`` (user names or uids that see everything, besides
     root and the SlurmUser), ``decoder`` and ``names`` (munge decoding and uid -> user name, for tests), ``last_cycle`` (a callable giving
-    the time of the daemon's last cycle, for the data age), ``estimator`` (T_id/T_sh per app for /v1/apps:
-    the daemon's ``planning.finish_times``, injected so that the API never imports the daemon; without
-    it the estimates are null), ``pending_actions`` (themisd's Slurm actions that failed or were put off
+    the time of the daemon's last cycle, for the data age), ``round_terms`` (a callable giving the lease terms
+    of themisd's config, state.round_input.RoundTerms, from which T_id/T_sh per app are made for /v1/apps;
+    without it the estimates are null), ``pending_actions`` (themisd's Slurm actions that failed or were put off
     and are being retried, shown by /v1/cluster).
 
     Limits (see BoundedHTTPServer): ``workers`` handler threads, listen ``backlog``, ``timeout`` seconds for

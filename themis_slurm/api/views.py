@@ -11,28 +11,33 @@ credential sees cluster-wide aggregates only (counts, worst and median rho, GPU 
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
 from themis_slurm import reasons, tenant_levels
 from themis_slurm.api.auth import Identity
-from themis_slurm.api.cluster import GPU_STATES, gpu_states, held_from_rows
-from themis_slurm.api.db import Row, StateReader
+from themis_slurm.api.cluster import GPU_STATES, gpu_states
 from themis_slurm.api.slurmconf import SlurmConfInfo
 from themis_slurm.core.decision import KeptBy, Outcome
-from themis_slurm.core.tenancy import FLAT, Entity, Tenancy
+from themis_slurm.core.tenancy import FLAT, Entity
 from themis_slurm.slurm.eligibility import ineligible
 from themis_slurm.slurm.model import ManagedJob, Snapshot
+from themis_slurm.state.finish import finish_times
+from themis_slurm.state.held import held_for_granted
+from themis_slurm.state.intents import HELD_FOR_GRANTED, MOVING, Intent
+from themis_slurm.state.reader import StateReader
+from themis_slurm.state.round_input import RoundTerms
+from themis_slurm.state.rows import AppRow, DecisionRow, JobRow, StoredTenancy
 
+log = logging.getLogger("themis.api")
 Doc = dict[str, Any]
-#: (snapshot, job rows, app rows, now=) -> {app: (T_id s, T_sh s)}; the daemon's planning.finish_times, injected
-Estimator = Callable[..., dict[str, tuple[float, float]]]
 EXPLAIN_ROUNDS = 5
 NEXT_LEASES = 5
 
@@ -90,7 +95,9 @@ class Context:
     now: float = field(default_factory=time.time)
     snapshot_error: str | None = None
     last_cycle: float | None = None
-    estimator: Estimator | None = None
+    #: what themisd's configuration says of leases, for each app's T_id and T_sh (state/finish.py); None: the
+    #: estimates are null
+    round_terms: RoundTerms | None = None
     warnings: list[str] = field(default_factory=list)
     #: Slurm actions themisd failed or put off and retries (job, app, action, since, tries, error); the
     #: daemon's own list, empty when the data come from the database
@@ -134,45 +141,47 @@ def _managed(ctx: Context) -> dict[str, ManagedJob]:
 
 def merged_jobs(ctx: Context) -> list[Doc]:
     """Every managed job Themis or Slurm knows: the database intent joined with Slurm's live view."""
-    rows = {r["job_id"]: r for r in ctx.state.jobs()}
+    rows = {r.job_id: r for r in ctx.state.jobs()}
     live = _managed(ctx)
-    busy = {jid for jid, r in rows.items() if r["intent"] in ("granted", "starting")}
+    busy = {jid for jid, r in rows.items() if r.intent in HELD_FOR_GRANTED}
     blocked = ineligible(live.values(), busy)
-    out = []
-    for jid in sorted(set(rows) | set(live), key=_job_sort_key):
-        r, m = rows.get(jid), live.get(jid)
-        app = r["app_key"] if r else m.app_key  # type: ignore[union-attr]
-        running = m is not None and m.state == "RUNNING"
-        nodes = dict(m.node_gpus) if running and m and m.node_gpus else (r or {}).get("planned_nodes") or {}
-        out.append({
-            "job": jid,
-            "slurm_id": r["slurm_id"] if r else m.slurm_id,  # type: ignore[union-attr]
-            "app": app,
-            "user": m.user if m else owner_of(app),
-            "name": m.name if m else "",
-            "partition": m.partition if m else "",
-            "state": m.state if m else "UNKNOWN",
-            "held": m.held if m else None,
-            "intent": r["intent"] if r else "new",
-            "gpus": r["gpus"] if r else m.gpus,  # type: ignore[union-attr]
-            "nodes": nodes,
-            "lease_start": r.get("lease_start") if r else None,
-            "lease_end": _finite(r.get("lease_expiry")) if r else None,
-            # the first SubmitTime themisd saw: Slurm moves it to each requeue (daemon/estimates.submitted)
-            "submit_time": r["submit_time"] if r and r.get("submit_time") is not None else (m.submit_time if m else None),
-            "start_time": m.start_time if m else None,
-            "restarts": m.restart_cnt if m else None,
-            "progress": r.get("progress") if r else (m.progress if m else None),
-            "estimate_source": r.get("est_source") if r else "",
-            "service_gpu_s": r.get("service_s", 0.0) if r else 0.0,
-            "adopted": bool(r.get("adopted")) if r else False,
-            "ineligible": blocked.get(jid) if (r is None or r["intent"] == "waiting") else None,
-            "placement": _placement(ctx, m) if running and m else None,
-            # where Slurm could start it (partition, GPU type, -w, -x): what a waiting job waits for
-            "allowed_nodes": sorted(m.allowed_nodes) if m is not None and m.allowed_nodes is not None else None,
-            "limits": m.limits if m is not None else "",
-        })
-    return out
+    return [_job_doc(ctx, jid, rows.get(jid), live.get(jid), blocked)
+            for jid in sorted(set(rows) | set(live), key=_job_sort_key)]
+
+
+def _job_doc(ctx: Context, jid: str, r: JobRow | None, m: ManagedJob | None, blocked: Mapping[str, str]) -> Doc:
+    """One job of /v1/jobs: its row (None: not recorded yet) joined with Slurm's view (None: gone from it)."""
+    app = r.app_key if r else m.app_key  # type: ignore[union-attr]
+    running = m is not None and m.state == "RUNNING"
+    nodes = dict(m.node_gpus) if running and m and m.node_gpus else dict(r.planned_nodes) if r else {}
+    return {
+        "job": jid,
+        "slurm_id": r.slurm_id if r else m.slurm_id,  # type: ignore[union-attr]
+        "app": app,
+        "user": m.user if m else owner_of(app),
+        "name": m.name if m else "",
+        "partition": m.partition if m else "",
+        "state": m.state if m else "UNKNOWN",
+        "held": m.held if m else None,
+        "intent": r.intent if r else "new",
+        "gpus": r.gpus if r else m.gpus,  # type: ignore[union-attr]
+        "nodes": nodes,
+        "lease_start": r.lease_start if r else None,
+        "lease_end": _finite(r.lease_expiry) if r else None,
+        # the first SubmitTime themisd saw: Slurm moves it to each requeue (state/jobs.submitted)
+        "submit_time": r.submit_time if r and r.submit_time is not None else (m.submit_time if m else None),
+        "start_time": m.start_time if m else None,
+        "restarts": m.restart_cnt if m else None,
+        "progress": r.progress if r else (m.progress if m else None),
+        "estimate_source": r.est_source if r else "",
+        "service_gpu_s": r.service_s if r else 0.0,
+        "adopted": bool(r.adopted) if r else False,
+        "ineligible": blocked.get(jid) if (r is None or r.intent == Intent.WAITING) else None,
+        "placement": _placement(ctx, m) if running and m else None,
+        # where Slurm could start it (partition, GPU type, -w, -x): what a waiting job waits for
+        "allowed_nodes": sorted(m.allowed_nodes) if m is not None and m.allowed_nodes is not None else None,
+        "limits": m.limits if m is not None else "",
+    }
 
 
 def _placement(ctx: Context, m: ManagedJob) -> Doc | None:
@@ -193,11 +202,23 @@ def _job_sort_key(job_id: str) -> tuple[int, int, str]:
     return (int(base) if base.isdigit() else 1 << 62, int(task) if task.isdigit() else -1, job_id)
 
 
-def _ranked(apps: Iterable[Row]) -> dict[str, int]:
+def _ranked(apps: Iterable[AppRow]) -> dict[str, int]:
     """Rank of every active app with a rho: 1 = the worst rho (furthest behind its fair finish time)."""
-    scored = [a for a in apps if a["active"] and _finite(a["rho"]) is not None]
-    scored.sort(key=lambda a: (-a["rho"], a["app_key"]))
-    return {a["app_key"]: i + 1 for i, a in enumerate(scored)}
+    scored = [a for a in apps if a.active and _finite(a.rho) is not None]
+    scored.sort(key=lambda a: (-(a.rho or 0.0), a.app_key))
+    return {a.app_key: i + 1 for i, a in enumerate(scored)}
+
+
+def _estimates(ctx: Context, apps: Iterable[AppRow]) -> dict[str, tuple[float, float]]:
+    """Each app's (T_id, T_sh) now (state/finish.py); {} without a snapshot or lease terms, and when they
+    cannot be made (a convenience: never a failed request for them)."""
+    if ctx.snapshot is None or ctx.round_terms is None:
+        return {}
+    try:
+        return finish_times(ctx.snapshot, ctx.state.jobs(), apps, ctx.round_terms, ctx.now)
+    except Exception as e:  # estimates are a convenience: never fail the request for them
+        log.debug("finish-time estimates unavailable: %s", e)
+        return {}
 
 
 def app_docs(ctx: Context, jobs: list[Doc] | None = None, with_estimates: bool = False,
@@ -210,32 +231,30 @@ def app_docs(ctx: Context, jobs: list[Doc] | None = None, with_estimates: bool =
     by_app: dict[str, list[Doc]] = {}
     for j in jobs:
         by_app.setdefault(j["app"], []).append(j)
-    est: dict[str, tuple[float, float]] = {}
-    if with_estimates and ctx.snapshot is not None and ctx.estimator is not None:
-        est = ctx.estimator(ctx.snapshot, ctx.state.jobs(), rows, now=ctx.now)
+    est = _estimates(ctx, rows) if with_estimates else {}
     out = []
-    known = {a["app_key"]: a for a in rows}
+    known = {a.app_key: a for a in rows}
     for key in sorted(set(known) | set(by_app)):
         a, js = known.get(key), by_app.get(key, [])
-        if a is not None and not a["active"] and not js and not finished:
+        if a is not None and not a.active and not js and not finished:
             continue
         t_id, t_sh = est.get(key, (None, None))
         out.append({
             "app": key,
-            "owner": a["owner"] if a else owner_of(key),
+            "owner": a.owner if a else owner_of(key),
             "jobs_running": sum(1 for j in js if j["state"] == "RUNNING"),
             "jobs_waiting": sum(1 for j in js if j["state"] == "PENDING"),
             "gpus_held": sum(j["gpus"] for j in js if j["state"] == "RUNNING"),
             "gpus_wanted": sum(j["gpus"] for j in js if j["state"] == "PENDING"),
-            "rho": _finite(a["rho"]) if a else None,
+            "rho": _finite(a.rho) if a else None,
             "rank": rank.get(key),
             "t_id_s": _finite(t_id),
             "t_sh_s": _finite(t_sh),
-            "arrival": a["arrival"] if a else None,
-            "service_gpu_s": a["service_s"] if a else 0.0,
+            "arrival": a.arrival if a else None,
+            "service_gpu_s": a.service_s if a else 0.0,
             "preemptions": preempted.get(key, 0),
-            "active": bool(a["active"]) if a else True,
-            "account": (a.get("account") or "") if a else "",
+            "active": bool(a.active) if a else True,
+            "account": (a.account or "") if a else "",
         })
     out.sort(key=lambda d: (d["rank"] is None, d["rank"] or 0, d["app"]))
     _with_tenancy(ctx, out)
@@ -243,25 +262,15 @@ def app_docs(ctx: Context, jobs: list[Doc] | None = None, with_estimates: bool =
 
 
 # ----------------------------------------------------------------------------------------- tenancy
-@dataclass(frozen=True)
-class TenancyInForce:
-    """The tree the rounds use, as themisd stored it (store v9; flat when it stored none)."""
-
-    tenancy: Tenancy
-    line: str = ""
-    read_at: float | None = None
-
-
-def tenancy_in_force(ctx: Context) -> TenancyInForce:
-    """The stored tree; flat, with a warning in meta, when the stored row cannot be read."""
+def tenancy_in_force(ctx: Context) -> StoredTenancy:
+    """The tree the rounds use, as themisd stored it (store v9); flat when it stored none, and flat with a
+    warning in meta when the stored row cannot be read."""
     if "in_force" not in ctx.cache:
-        row = ctx.state.tenancy()
-        got = TenancyInForce(FLAT)
-        if row is not None:
-            try:
-                got = TenancyInForce(tenant_levels.tenancy_from_json(row["tree"]), row["line"] or "", row["read_at"])
-            except ValueError as e:
-                ctx.warnings.append(f"{e}: apps are shown without their accounts and users")
+        got = StoredTenancy(FLAT, "", None)
+        try:
+            got = ctx.state.tenancy() or got
+        except ValueError as e:
+            ctx.warnings.append(f"{e}: apps are shown without their accounts and users")
         ctx.cache["in_force"] = got
     return ctx.cache["in_force"]
 
@@ -273,12 +282,12 @@ def _tenant_doc(ent: Entity | None) -> Doc | None:
     return {"level": level, "account": key[0], "user": key[1] if level == "user" else None}
 
 
-def _round_quotas(rows: Iterable[Row]) -> dict[Entity, tuple[float | None, int]]:
+def _round_quotas(rows: Iterable[DecisionRow]) -> dict[Entity, tuple[float | None, int]]:
     """Each tenant's (quota, GPUs held after the round) from a round's app records (store v9 columns)."""
     out: dict[Entity, tuple[float | None, int]] = {}
     for r in rows:
-        if r.get("tenant"):
-            out[tenant_levels.entity_from_json(r["tenant"])] = (r.get("tenant_quota"), r.get("tenant_gpus") or 0)
+        if r.tenant:
+            out[r.tenant] = (r.tenant_quota, r.tenant_gpus or 0)
     return out
 
 
@@ -329,7 +338,7 @@ def _leases(jobs: list[Doc], now: float) -> list[Doc]:
     out = [{"job": j["job"], "app": j["app"], "user": j["user"], "gpus": j["gpus"], "nodes": j["nodes"],
             "lease_start": j["lease_start"], "lease_end": j["lease_end"],
             "remaining_s": max(0.0, j["lease_end"] - now)}
-           for j in jobs if j["lease_end"] is not None and j["intent"] == "running"]
+           for j in jobs if j["lease_end"] is not None and j["intent"] == Intent.RUNNING]
     out.sort(key=lambda d: (d["lease_end"], d["job"]))
     return out
 
@@ -337,9 +346,9 @@ def _leases(jobs: list[Doc], now: float) -> list[Doc]:
 def _gpu_counts(ctx: Context, jobs: list[Doc]) -> tuple[Doc, list[Doc]]:
     """Totals and per-rack counts by state; without a snapshot only what the database knows (leased)."""
     if ctx.snapshot is None:
-        leased = sum(j["gpus"] for j in jobs if j["state"] == "RUNNING" or j["intent"] == "running")
+        leased = sum(j["gpus"] for j in jobs if j["state"] == "RUNNING" or j["intent"] == Intent.RUNNING)
         return {"total": None, "leased": leased, **{s: None for s in GPU_STATES if s != "leased"}}, []
-    states = gpu_states(ctx.snapshot, held_from_rows(ctx.snapshot, ctx.state.jobs()))
+    states = gpu_states(ctx.snapshot, held_for_granted(ctx.snapshot, ctx.state.jobs()))
     total = {"total": len(states), **{s: 0 for s in GPU_STATES}}
     racks: dict[str, Doc] = {}
     for g in states:
@@ -376,9 +385,8 @@ def cluster_view(ctx: Context, params: Mapping[str, str]) -> Doc:
         "ineligible": [{"job": j["job"], "app": j["app"], "user": j["user"], "gpus": j["gpus"],
                         "reason": j["ineligible"]} for j in jobs if j["ineligible"] and v.sees(j["user"])],
         "pending_actions": [dict(p) for p in ctx.pending_actions if v.sees(owner_of(str(p["app"])))],
-        "rounds": {"total": stats["n"] or 0, "last_time": stats["last_time"],
-                   "preemptions": stats["preemptions"] or 0, "mean_latency_s": stats["mean_latency_s"],
-                   "max_latency_s": stats["max_latency_s"]},
+        "rounds": {"total": stats.n, "last_time": stats.last_time, "preemptions": stats.preemptions,
+                   "mean_latency_s": stats.mean_latency_s, "max_latency_s": stats.max_latency_s},
     }
 
 
@@ -426,7 +434,7 @@ def rounds_view(ctx: Context, params: Mapping[str, str]) -> Doc:
     raw = params.get("limit", "20")
     if not raw.isdigit() or not 1 <= int(raw) <= 1000:
         raise BadRequest(f"parameter 'limit': {raw!r} is not an integer in 1..1000")
-    return {"meta": ctx.meta(), "rounds": ctx.state.rounds(int(raw))}
+    return {"meta": ctx.meta(), "rounds": [asdict(r) for r in ctx.state.rounds(int(raw))]}
 
 
 def topology_view(ctx: Context, params: Mapping[str, str]) -> Doc:
@@ -435,9 +443,9 @@ def topology_view(ctx: Context, params: Mapping[str, str]) -> Doc:
     if ctx.snapshot is None:
         raise Unavailable(ctx.snapshot_error or "no snapshot of the cluster yet: is Slurm reachable?")
     owners = {m.job_id: m.user for m in ctx.snapshot.managed}
-    owners.update({j["job_id"]: owner_of(j["app_key"]) for j in ctx.state.jobs()})
+    owners.update({j.job_id: owner_of(j.app_key) for j in ctx.state.jobs()})
     racks: dict[str, dict[str, dict[int, list[Doc]]]] = {}
-    for g in gpu_states(ctx.snapshot, held_from_rows(ctx.snapshot, ctx.state.jobs())):
+    for g in gpu_states(ctx.snapshot, held_for_granted(ctx.snapshot, ctx.state.jobs())):
         job = g.job if g.job and ctx.viewer.sees(owners.get(g.job)) else None
         gpu = {"id": g.id, "index": g.index, "state": g.state, "job": job}
         racks.setdefault(g.rack, {}).setdefault(g.node, {}).setdefault(g.island, []).append(gpu)
@@ -452,28 +460,27 @@ class Unavailable(RuntimeError):
 
 
 # ----------------------------------------------------------------------------------------- explain
-def _app_round(d: Row) -> Doc:
+def _app_round(d: DecisionRow, knob: float | None) -> Doc:
     """An app's part in a round, from its decision row's typed columns (themis_slurm.reasons words them).
 
     A row written by an older daemon has only its sentence: it is shown as written, its fields are unknown.
     """
-    text = reasons.app_row(d, d.get("round_fairness_knob"))
-    outcome = d.get("outcome")
+    text = reasons.app_row(d, knob)
+    outcome = d.outcome
     won = outcome == Outcome.WON
-    return {"rho_before": d["rho_before"], "rho_after": d["rho_after"],
-            "reason": text if text is not None else d["reason"] or "", "outcome": outcome,
+    return {"rho_before": d.rho_before, "rho_after": d.rho_after,
+            "reason": text if text is not None else d.reason or "", "outcome": outcome,
             "offered": None if outcome is None else outcome in (Outcome.LOST, Outcome.WON),
-            "bid": None if outcome is None else bool(d.get("bid")), "rank": d.get("rank"),
-            "ranked": d.get("ranked"), "won_gpus": d.get("won_gpus") or 0,
-            "kept_gpus": d.get("kept_gpus") if won else None, "kept_by": d.get("kept_by") if won else None,
-            "leftover_gpus": d.get("leftover_gpus") or 0, "hidden_payment": d["payment"], "gpus": d["gpus"],
+            "bid": None if outcome is None else bool(d.bid), "rank": d.rank,
+            "ranked": d.ranked, "won_gpus": d.won_gpus or 0,
+            "kept_gpus": d.kept_gpus if won else None, "kept_by": d.kept_by if won else None,
+            "leftover_gpus": d.leftover_gpus or 0, "hidden_payment": d.payment, "gpus": d.gpus,
             "reservation": _reservation(d),
             # tenancy levels (store v9; null when flat or written before): its tenant, quota and GPUs after
-            "tenant": _tenant_doc(tenant_levels.entity_from_json(d["tenant"])) if d.get("tenant") else None,
-            "tenant_quota": d.get("tenant_quota"), "tenant_gpus": d.get("tenant_gpus")}
+            "tenant": _tenant_doc(d.tenant), "tenant_quota": d.tenant_quota, "tenant_gpus": d.tenant_gpus}
 
 
-def _reservation(d: Row) -> Doc | None:
+def _reservation(d: DecisionRow) -> Doc | None:
     note = reasons.note_of(d)
     if note is None:
         return None
@@ -483,17 +490,17 @@ def _reservation(d: Row) -> Doc | None:
 
 def _explain_rounds(ctx: Context, job_id: str, app: str) -> list[Doc]:
     rounds: dict[int, Doc] = {}
-    for d in ctx.state.decisions_of(job_id, app, EXPLAIN_ROUNDS):
-        r = rounds.setdefault(d["round_id"], {"round": d["round_id"], "time": d["time"],
-                                              "trigger": d["round_trigger"], "mode": d["round_mode"],
-                                              "app": None, "job": []})
-        if d["action"] == "app":
-            r["app"] = _app_round(d)
+    for x in ctx.state.decisions_of(job_id, app, EXPLAIN_ROUNDS):
+        d = x.row
+        r = rounds.setdefault(d.round_id, {"round": d.round_id, "time": d.time, "trigger": x.trigger,
+                                           "mode": x.mode, "app": None, "job": []})
+        if d.action == "app":
+            r["app"] = _app_round(d, x.fairness_knob)
         else:
-            text = reasons.job_row(d, d.get("round_fairness_knob"))
-            r["job"].append({"action": d["action"], "reason": text if text is not None else d["reason"],
-                             "source": d.get("source"), "cause": d.get("cause"), "gpus": d["gpus"],
-                             "nodes": d["nodes"], "lease_end": d["lease_expiry"]})
+            text = reasons.job_row(d, x.fairness_knob)
+            r["job"].append({"action": d.action, "reason": text if text is not None else d.reason,
+                             "source": d.source, "cause": d.cause, "gpus": d.gpus, "nodes": d.nodes,
+                             "lease_end": d.lease_expiry})
     return [rounds[k] for k in sorted(rounds, reverse=True)]
 
 
@@ -516,7 +523,7 @@ def _summary(job: Doc, app: Doc | None, rounds: list[Doc], now: float, tenancy: 
         standing += f" (rank {rank} of {(app or {}).get('ranked', '?')}, 1 = furthest behind)"
     last_app = next((r for r in rounds if r["app"]), None)
     grant = next((a for r in rounds for a in r["job"] if a["action"] in ("grant", "renewal")), None)
-    if intent == "running":
+    if intent == Intent.RUNNING:
         text = f"running on {_nodes_text(job['nodes'])}"
         if job["lease_end"] is not None:
             text += f" under a lease until {_hm(job['lease_end'])} ({max(0, job['lease_end'] - now):.0f} s left)"
@@ -529,10 +536,10 @@ def _summary(job: Doc, app: Doc | None, rounds: list[Doc], now: float, tenancy: 
         elif grant:
             text += f"; {grant['action']} in a round: {grant['reason']}"
         return f"{text}; {standing}"
-    if intent in ("granted", "starting"):
+    if intent in HELD_FOR_GRANTED:
         return (f"granted {job['gpus']} GPU(s) on {_nodes_text(job['nodes'])}: Themis starts it as soon as "
                 f"those GPUs are free (a preempted job may still be checkpointing); {standing}")
-    if intent in ("warning", "warned", "requeueing"):
+    if intent in MOVING:
         return (f"preempted: its lease ended and it lost the auction; it got SIGUSR1 to checkpoint and is "
                 f"requeued after the grace period; {standing}")
     if intent == "gone":
@@ -563,7 +570,7 @@ def _room_doc(ctx: Context, job: Doc) -> Doc | None:
     """For a waiting job that needs CPUs or memory: the nodes it may use that are too busy for it now (what
     Slurm counts free there) and those that have its room; None when it needs neither or every node fits."""
     m = _managed(ctx).get(job["job"])
-    if ctx.snapshot is None or m is None or job["intent"] != "waiting" or not (m.cpus_per_node or m.mem_per_node):
+    if ctx.snapshot is None or m is None or job["intent"] != Intent.WAITING or not (m.cpus_per_node or m.mem_per_node):
         return None
     room = ctx.snapshot.room
     nodes = [n for n in (m.allowed_nodes if m.allowed_nodes is not None else room) if n in room]
@@ -603,7 +610,7 @@ def explain_view(ctx: Context, job_id: str, params: Mapping[str, str]) -> Doc:
         app = {**app, "ranked": sum(1 for a in apps if a["rank"] is not None)}
     rounds = _explain_rounds(ctx, job_id, job["app"])
     last_grant = next((a for r in rounds for a in r["job"] if a["action"] == "grant"), None)
-    row = ctx.state.job(job_id) or {}
+    row = ctx.state.job(job_id)
     ten = _tenancy_explain(ctx, job, rounds)
     room = _room_doc(ctx, job)
     return {
@@ -615,13 +622,12 @@ def explain_view(ctx: Context, job_id: str, params: Mapping[str, str]) -> Doc:
         "tenancy": ten,
         "room": room,
         "rounds": rounds,
-        "placement": {"planned": row.get("planned_nodes") or {},
+        "placement": {"planned": dict(row.planned_nodes) if row else {},
                       "granted": last_grant["nodes"] if last_grant else None,
                       "current": job["nodes"] if job["state"] == "RUNNING" else None},
         "lease": {"start": job["lease_start"], "end": job["lease_end"],
                   "remaining_s": None if job["lease_end"] is None else max(0.0, job["lease_end"] - ctx.now)},
-        "events": [{"time": e["time"], "kind": e["kind"], "detail": e["detail"]}
-                   for e in ctx.state.events_of(job_id)],
+        "events": [{"time": e.time, "kind": e.kind, "detail": e.detail} for e in ctx.state.events_of(job_id)],
         "estimate": _estimate_doc(row),
     }
 
@@ -641,11 +647,13 @@ def _tenancy_explain(ctx: Context, job: Doc, rounds: list[Doc]) -> Doc | None:
     if last is None or not last["app"].get("tenant"):
         return out
     out["round"] = last["round"]
-    if job["intent"] != "waiting" or job.get("ineligible"):
+    if job["intent"] != Intent.WAITING or job.get("ineligible"):
         return out
     rows = ctx.state.round_apps(last["round"])
     books = _round_quotas(rows)
-    ent = tenant_levels.entity_from_json(next(r["tenant"] for r in rows if r["app_key"] == job["app"]))
+    mine_row = next(r for r in rows if r.app_key == job["app"])
+    ent = mine_row.tenant
+    assert ent is not None  # its app's record in that round names its tenant (checked above)
     share = {lv.entity: lv.share for lv in summary.levels}
     at_share: list[reasons.LevelAtShare] = []
     if ent[0] == "user" and "account" in ten.levels:  # the account above: its users' quotas and GPUs together
@@ -658,17 +666,14 @@ def _tenancy_explain(ctx: Context, job: Doc, rounds: list[Doc]) -> Doc | None:
     if quota is not None and reasons.at_quota(gpus, quota, job["gpus"] or 1):
         name = ent[1][0] if ent[0] == "account" else ent[1][1]
         at_share.append(reasons.LevelAtShare(ent[0], name, ent[1][0], gpus, quota, share.get(ent)))
-    mine_row = next(r for r in rows if r["app_key"] == job["app"])
-    my_rank = mine_row.get("rank")
-    ahead = [reasons.AppAhead(r["app_key"], r.get("rank"), _finite(r.get("rho_before")),
-                              (r.get("kept_gpus") or 0) + (r.get("leftover_gpus") or 0))
-             for r in rows if r["app_key"] != job["app"] and r.get("tenant") == mine_row.get("tenant")
-             and r.get("rank") is not None and (my_rank is None or r["rank"] < my_rank)
-             and (r.get("kept_gpus") or 0) + (r.get("leftover_gpus") or 0) > 0
-             and ctx.viewer.sees(owner_of(r["app_key"]))]
+    my_rank = mine_row.rank
+    ahead = [reasons.AppAhead(r.app_key, r.rank, _finite(r.rho_before), (r.kept_gpus or 0) + (r.leftover_gpus or 0))
+             for r in rows if r.app_key != job["app"] and r.tenant == ent and r.rank is not None
+             and (my_rank is None or r.rank < my_rank) and (r.kept_gpus or 0) + (r.leftover_gpus or 0) > 0
+             and ctx.viewer.sees(owner_of(r.app_key))]
     ahead.sort(key=lambda a: (a.rank or 0, a.app))
     tenant_name = ent[1][0] if ent[0] == "account" else ent[1][1]
-    kept_by_quota = mine_row.get("kept_by") == KeptBy.QUOTA
+    kept_by_quota = mine_row.kept_by == KeptBy.QUOTA
     out["at_share"] = [{"level": lv.level, "name": lv.name, "account": lv.account, "gpus": lv.gpus,
                         "quota": lv.quota, "share": lv.share} for lv in at_share]
     out["ahead"] = [{"app": a.app, "rank": a.rank, "rho": a.rho, "gpus": a.gpus} for a in ahead]
@@ -677,15 +682,15 @@ def _tenancy_explain(ctx: Context, job: Doc, rounds: list[Doc]) -> Doc | None:
     return out
 
 
-def _estimate_doc(row: Mapping[str, Any]) -> Doc | None:
+def _estimate_doc(row: JobRow | None) -> Doc | None:
     """The run-time estimate the arbiter uses for a job (wall seconds on its GPUs), where it came from and
     the calibration factor applied to it (core/calibration.py); None for a job without a row."""
-    gpus, work = row.get("gpus"), row.get("work")
-    if not gpus or work is None:
+    if row is None or not row.gpus or row.work is None:
         return None
-    submitted = row.get("est_work") or work  # rows of older daemons have no est_work: uncalibrated
-    return {"source": row.get("est_source") or "", "seconds": work / gpus, "submitted_seconds": submitted / gpus,
-            "calibration_factor": row.get("est_factor", 1.0), "note": row.get("est_note") or ""}
+    submitted = row.est_work or row.work  # rows of older daemons have no est_work: uncalibrated
+    return {"source": row.est_source or "", "seconds": row.work / row.gpus,
+            "submitted_seconds": submitted / row.gpus, "calibration_factor": row.est_factor,
+            "note": row.est_note or ""}
 
 
 # ----------------------------------------------------------------------------------------- routing

@@ -33,10 +33,11 @@ from urllib.parse import quote, urlencode
 from themis_slurm.api import views
 from themis_slurm.api.auth import AUTH_SCHEME, AuthError, encode_credential, local_identity
 from themis_slurm.api.cluster import CachedSnapshot
-from themis_slurm.api.db import StateMissing, StateReader, StateUnavailable, connect_ro
 from themis_slurm.api.slurmconf import read_slurm_conf
 from themis_slurm.daemon.config import DEFAULT_PATH, ApiConfig, Config, ConfigError, load_for_client
-from themis_slurm.daemon.planning import finish_times
+from themis_slurm.state.errors import StateMissing, StateUnavailable
+from themis_slurm.state.reader import StateReader, connect_ro
+from themis_slurm.state.round_input import RoundTerms
 
 DEFAULT_CONFIG = DEFAULT_PATH
 TIMEOUT_S = 10.0
@@ -59,9 +60,9 @@ class Settings:
     notes: tuple[str, ...] = field(default_factory=tuple)
     config: Config = field(default_factory=Config)  # the whole file, as themisd reads it
 
-    def estimator(self, snap: Any, jobs: Any, apps: Any, now: float | None = None) -> dict[str, tuple[float, float]]:
-        """The daemon's finish-time estimates under this config (injected into the API views)."""
-        return finish_times(snap, jobs, apps, self.config, now)
+    def round_terms(self) -> RoundTerms:
+        """The lease terms of this config, from which the API views make each app's T_id and T_sh."""
+        return self.config.round_terms
 
 
 def _url_of(listen: str) -> str:
@@ -171,7 +172,7 @@ class Client:
         viewer = views.make_viewer(local_identity((conf.slurm_user or "slurm",)), "", conf)
         with StateReader(db, str(self.s.db_path)) as state:
             ctx = views.Context(state, snap, viewer, conf, source="database", snapshot_error=snap_source.error,
-                                estimator=self.s.estimator,
+                                round_terms=self.s.round_terms(),
                                 warnings=[f"themisd not reachable at {self.s.url} ({why}): read "
                                           f"{self.s.db_path} directly"])
             view = views.route(path)

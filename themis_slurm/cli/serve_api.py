@@ -37,7 +37,7 @@ def serve_api(config: Path | None, listen: str | None, operators: tuple[str, ...
     address = listen or s.url.removeprefix("http://")
     try:
         server = start_api_server(s.db_path, address, s.slurm_conf, partitions=s.partitions, operators=operators,
-                                  estimator=s.estimator)
+                                  round_terms=s.round_terms)
     except (OSError, ValueError) as e:
         click.echo(f"themis serve-api: error: cannot listen on {address}: {e}", err=True)
         sys.exit(1)

@@ -26,16 +26,9 @@ from typing import Any
 
 import yaml
 
-from themis_slurm.api.server import (
-    DEFAULT_BACKLOG,
-    DEFAULT_LISTEN,
-    DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_TIMEOUT_S,
-    DEFAULT_WORKERS,
-    DEFAULT_WRITE_TIMEOUT_S,
-)
 from themis_slurm.core.arbiter import LEFTOVER_ORDERS, SOLVERS, ArbiterConfig
 from themis_slurm.core.calibration import CalibrationConfig
+from themis_slurm.state.round_input import RoundTerms
 
 DEFAULT_PATH = Path("/etc/themis/themis.yaml")
 MODES = ("enforce", "observe")
@@ -214,14 +207,16 @@ class MetricsConfig:
 class ApiConfig:
     """The read-only status API (themis_slurm.api) that themisd serves for `themis status/explain`."""
 
-    listen: str = DEFAULT_LISTEN  # the API server's own default
+    # the defaults are the API server's own (api/server.py; tests/unit/daemon/test_config.py checks that they
+    # agree: the daemon imports the API only where it starts it, daemon/service.py)
+    listen: str = "127.0.0.1:8787"
     operators: tuple[str, ...] = ()
-    # the server's limits (docs/admin-guide.md, "Status API limits"); the defaults are the server's own
-    workers: int = DEFAULT_WORKERS
-    backlog: int = DEFAULT_BACKLOG
-    request_timeout_s: float = DEFAULT_TIMEOUT_S
-    write_timeout_s: float = DEFAULT_WRITE_TIMEOUT_S
-    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    # the server's limits (docs/admin-guide.md, "Status API limits")
+    workers: int = 16
+    backlog: int = 256
+    request_timeout_s: float = 5.0
+    write_timeout_s: float = 30.0
+    max_connections: int = 512
 
 
 @dataclass(frozen=True)
@@ -271,6 +266,12 @@ class Config:
     @property
     def db_path(self) -> Path:
         return Path(self.state_dir) / "themis.db"
+
+    @property
+    def round_terms(self) -> RoundTerms:
+        """What the round's input and the status API's finish-time estimates read of this config."""
+        s = self.scheduler
+        return RoundTerms(self.mode == "enforce", s.lease_s, s.min_runtime_s, s.idle_throughput)
 
     def restart_only_changes(self, new: Config) -> list[str]:
         """Keys whose change a SIGHUP cannot apply (they are bound at start): reported, not applied."""

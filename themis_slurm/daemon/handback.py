@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from themis_slurm.daemon.config import Config
-from themis_slurm.daemon.store import Store
 from themis_slurm.slurm.model import SlurmBackend
+from themis_slurm.state.store import Store
 
 log = logging.getLogger("themisd")
 

@@ -28,7 +28,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from themis_slurm import reasons
-from themis_slurm.api.cluster import held_for_granted
 from themis_slurm.core.arbiter import run_round
 from themis_slurm.core.calibration import (
     NONE,
@@ -44,17 +43,14 @@ from themis_slurm.core.tenancy import FLAT, Entity, Tenancy
 from themis_slurm.core.workload import App
 from themis_slurm.daemon import room
 from themis_slurm.daemon.config import Config
-from themis_slurm.daemon.estimates import done_and_work, present_by_user, submitted
+from themis_slurm.daemon.estimates import present_by_user
 from themis_slurm.daemon.metrics import Metrics, tenant_members
 from themis_slurm.daemon.planning import (
-    InPlace,
-    RoundInput,
     account,
     advance_apps,
     advance_books,
     as_applied,
     build_round,
-    cluster_gpus_of,
     grants_over_limits,
     instead_of_migrations,
     intents_after,
@@ -64,12 +60,18 @@ from themis_slurm.daemon.planning import (
     without_waiting,
 )
 from themis_slurm.daemon.reconcile import Fix, reconcile
-from themis_slurm.daemon.store import AppRow, BookRow, JobRow, Store
 from themis_slurm.daemon.tenancy import TenancyKeeper
 from themis_slurm.gc_pause import collector_paused
 from themis_slurm.slurm.actions import ActionRefused
 from themis_slurm.slurm.model import ManagedJob, SlurmBackend, Snapshot
 from themis_slurm.slurm.shares import SharesReader
+from themis_slurm.state.held import held_for_granted
+from themis_slurm.state.intents import Intent
+from themis_slurm.state.jobs import done_and_work, submitted
+from themis_slurm.state.record import InPlace, RoundFacts, record_round
+from themis_slurm.state.round_input import RoundInput, cluster_gpus_of
+from themis_slurm.state.rows import AppRow, BookRow, JobRow
+from themis_slurm.state.store import Store
 from themis_slurm.tenant_levels import summarise
 
 log = logging.getLogger("themisd")
@@ -498,41 +500,7 @@ class Daemon:
         decision = as_applied(decision, in_place)  # logged and recorded as carried out (issue 38 item 10)
         new_rows = intents_after(decision, rows, cfg, now, in_place)
         knob = cfg.scheduler.fairness_knob
-        standing = [r.rho_before for r in decision.apps.values() if math.isfinite(r.rho_before)]
-        with self.store.tx():
-            rid = self.store.add_round(now, mode, trigger, decision.solver, decision.offered_gpus,
-                                       len(decision.grants), len(decision.renewals), len(decision.preemptions),
-                                       latency, max(standing, default=None), knob)  # fmt: skip
-            recs = decision.apps
-            for g in decision.grants:
-                rec = recs.get(g.app_id)
-                self.store.add_decision(rid, now, g.app_id, g.job_id, "grant", rho_before=rec.rho_before if rec else None,
-                                        rho_after=rec.rho_after if rec else None,
-                                        payment=rec.payment_fraction if rec else None, gpus=len(g.gpus),
-                                        nodes=g.nodes, lease_expiry=g.lease_expiry, record=rec, source=g.source)
-            for r in decision.renewals:
-                rec = recs.get(r.app_id)
-                self.store.add_decision(rid, now, r.app_id, r.job_id, "renewal", rho_before=rec.rho_before if rec else None,
-                                        rho_after=rec.rho_after if rec else None, gpus=len(r.gpus),
-                                        lease_expiry=r.lease_expiry, cause=r.cause, cut_s=r.cut_s)
-            for p in decision.preemptions:
-                rec = recs.get(p.app_id)
-                self.store.add_decision(rid, now, p.app_id, p.job_id, "preemption",
-                                        rho_before=rec.rho_before if rec else None,
-                                        rho_after=rec.rho_after if rec else None, gpus=len(p.gpus), cause=p.cause)
-            for rec in recs.values():
-                self.store.add_decision(rid, now, rec.app_id, None, "app", rho_before=rec.rho_before,
-                                        rho_after=rec.rho_after, payment=rec.payment_fraction,
-                                        gpus=rec.won_gpus + rec.leftover_gpus, record=rec)
-                app = apps.get(rec.app_id)
-                if app is not None:
-                    self.store.put_app(replace(app, rho=rec.rho_after))
-            for y, ip in in_place.items():
-                r = ip.renewal
-                self.store.add_decision(rid, now, r.app_id, y, "renewal", gpus=len(r.gpus),
-                                        lease_expiry=r.lease_expiry, cause=r.cause, instead_of=ip.instead_of)
-            for row in new_rows.values():
-                self.store.put_job(row)
+        record_round(self.store, RoundFacts(now, mode, trigger, latency, knob), decision, apps, new_rows, in_place)
         self._last_signature = signature  # only once recorded: a round the store refused runs again
         rows.update(new_rows)
         self._quotas = {rec.tenant: rec.tenant_quota for rec in decision.apps.values() if rec.tenant}
@@ -558,11 +526,11 @@ class Daemon:
             warned: list[JobRow] = []
             for p in decision.preemptions:
                 row = rows.get(p.job_id)
-                if row is None or row.intent != "warning" or p.job_id not in jobs:
+                if row is None or row.intent != Intent.WARNING or p.job_id not in jobs:
                     continue
                 m.preemptions.inc()
                 if self._fresh("warn", jobs[p.job_id]) and self._act("warn", jobs[p.job_id]):
-                    warned.append(replace(row, intent="warned", warn_time=self._now()))
+                    warned.append(replace(row, intent=Intent.WARNED, warn_time=self._now()))
             with self.store.tx():
                 self.store.put_jobs(warned)
             rows.update((r.job_id, r) for r in warned)
@@ -663,7 +631,7 @@ class Daemon:
             return
         granted = {jid: rows[jid] for jid in ids}
         t = self._now()
-        starting = [replace(granted[jid], intent="starting", release_time=t) for jid in ids]
+        starting = [replace(granted[jid], intent=Intent.STARTING, release_time=t) for jid in ids]
         with self.store.tx():  # all intents first, in one commit; then the (idempotent) starts
             self.store.put_jobs(starting)
         sent: list[JobRow] = []  # each with the time its release went out (one commit after the starts)

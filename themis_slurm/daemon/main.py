@@ -20,8 +20,8 @@ import click
 from themis_slurm import __version__
 from themis_slurm.daemon import config as config_mod
 from themis_slurm.daemon.config import DEFAULT_PATH, Config, ConfigError
-from themis_slurm.daemon.store import FRESH_FLAG, StateError
 from themis_slurm.slurm.model import SlurmBackend
+from themis_slurm.state.errors import FRESH_FLAG, StateError
 
 log = logging.getLogger("themisd")
 
@@ -122,7 +122,7 @@ def handback_cmd(config_path: Path) -> None:
     """Hand the cluster back to Slurm: job_submit mode off, release every held managed job unpinned."""
     from themis_slurm.daemon.handback import handback
     from themis_slurm.daemon.service import AlreadyRunning, setup_logging, state_lock
-    from themis_slurm.daemon.store import open_store
+    from themis_slurm.state.opening import open_store
 
     cfg = _load_or_exit(config_path)
     setup_logging(cfg.log_level)

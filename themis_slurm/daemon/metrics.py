@@ -11,8 +11,9 @@ from collections.abc import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from themis_slurm.daemon.store import INTENTS, AppRow
 from themis_slurm.slurm.model import ManagedJob
+from themis_slurm.state.intents import Intent
+from themis_slurm.state.rows import AppRow
 from themis_slurm.tenant_levels import Level, Member
 
 RHO_BUCKETS = (0.5, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0)
@@ -108,7 +109,7 @@ class Metrics:
         counts: dict[str, int] = {}
         for i in intents:
             counts[i] = counts.get(i, 0) + 1
-        for i in INTENTS:
+        for i in Intent:
             self.jobs.labels(i).set(counts.get(i, 0))
 
     def set_tenants(self, levels: Iterable[Level]) -> None:

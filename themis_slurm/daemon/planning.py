@@ -1,57 +1,44 @@
 """From snapshot and store to a round, and from a Decision back to intents (pure).
 
-* :func:`account` adds the service a running job attained since the last cycle and refreshes its estimate.
-* GPUs held for jobs that were granted but are not running yet come from
-  :func:`themis_slurm.api.cluster.held_for_granted` (one definition for the round, the metrics and the API).
-* :func:`build_round` makes the core's ClusterState: free GPUs are the snapshot's free GPUs minus those
-  held for granted jobs; running managed jobs hold leases (a lease never ends before ``min_runtime_s``);
-  jobs in transition (granted, starting, being warned or requeued, completing) hold their GPUs with a lease
-  that never expires, so the round neither offers their GPUs nor plans them twice, while their throughput
-  still counts in their app's rho.
+* :func:`account` adds the service a running job attained since the last cycle and refreshes its estimate;
+  :func:`advance_apps` and :func:`advance_books` bring the apps' contention clocks and the tenants' books
+  up to now.
+* :func:`build_round` makes the core's ClusterState under this config (state/round_input.py: the same input
+  the status API's finish-time estimates are made from).
 * :func:`round_due` says whether a round can decide anything: a lease expired, or GPUs are free while work
   waits and that situation changed since the last round (so an idle cluster, or one where nothing fits,
-  costs one comparison per cycle).
+  costs one comparison per cycle); :func:`grants_over_limits` and :func:`without_waiting` run it again
+  within Slurm's limits.
 * :func:`instead_of_migrations` turns a migration onto a preempted holder's GPUs into that holder's
-  renewal (the daemon does not migrate); :func:`intents_after` turns a Decision into the new rows;
-  :func:`startable` says which granted jobs can be started now (every node they were granted has room).
-* :func:`finish_times` rebuilds a round's input read-only for the API's T_id/T_sh (injected into it).
+  renewal (the daemon does not migrate), :func:`as_applied` the Decision into what is carried out;
+  :func:`intents_after` turns a Decision into the new rows; :func:`startable` says which granted jobs can
+  be started now (every node they were granted has room).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import replace
 
-from themis_slurm.api.cluster import held_for_granted
 from themis_slurm.core.calibration import calibrated_work
 from themis_slurm.core.decision import Decision, PreemptionCause, Renewal, RenewalCause
-from themis_slurm.core.fairness import FairnessModel, app_throughput
 from themis_slurm.core.placement import get_profile
-from themis_slurm.core.state import ClusterState
 from themis_slurm.core.tenancy import FLAT, Entity, Tenancy, entity_fractions
 from themis_slurm.core.tenancy import contention as tree_contention
 from themis_slurm.core.topology import Topology
-from themis_slurm.core.workload import App, Job, Lease
+from themis_slurm.core.workload import App, Job
 from themis_slurm.daemon.config import Config
-from themis_slurm.daemon.estimates import (
-    checked_progress,
-    core_job,
-    done_and_work,
-    estimate,
-    profile_of,
-    submitted,
-)
-from themis_slurm.daemon.store import AppRow, BookRow, JobRow, app_row, job_row
-from themis_slurm.slurm.eligibility import ineligible
-from themis_slurm.slurm.limits import Usage
+from themis_slurm.daemon.estimates import checked_progress, estimate
 from themis_slurm.slurm.model import ManagedJob, Snapshot
+from themis_slurm.state.intents import Intent
+from themis_slurm.state.jobs import profile_of
+from themis_slurm.state.record import InPlace
+from themis_slurm.state.round_input import RoundInput, round_input, starts_unseen
+from themis_slurm.state.rows import AppRow, BookRow, JobRow
 
 log = logging.getLogger("themisd")
-TRANSITIONAL = ("granted", "starting", "warning", "warned", "requeueing")
 FOREVER = math.inf
 
 
@@ -183,7 +170,7 @@ def startable(held: Mapping[str, frozenset[int]], rows: Mapping[str, JobRow], to
     out = []
     for jid, gpus in held.items():
         row = rows[jid]
-        if row.intent != "granted":
+        if row.intent != Intent.GRANTED:
             continue
         if topo.nodes_of(gpus) == dict(sorted(row.planned_nodes.items())):
             out.append(jid)
@@ -191,32 +178,6 @@ def startable(held: Mapping[str, frozenset[int]], rows: Mapping[str, JobRow], to
 
 
 # ---------------------------------------------------------------------------------------- the round
-@dataclass(frozen=True)
-class RoundInput:
-    """The core's state plus what the loop needs to decide whether to run it."""
-
-    state: ClusterState
-    waiting: frozenset[str]
-    expired: frozenset[str]
-    held: Mapping[str, frozenset[int]]    # GPUs held for granted jobs not running yet (held_for_granted)
-    leased: frozenset[int]
-    ineligible: Mapping[str, str] = field(default_factory=dict)  # waiting jobs Slurm would not start -> why
-    #: waiting jobs that need CPUs or memory -> the nodes that have them free now (Slurm's count): when a
-    #: node frees its CPUs or memory (a job ended that held no GPUs), a job may now fit where it did not
-    room_fit: frozenset[tuple[str, frozenset[str]]] = frozenset()
-
-    @property
-    def signature(self) -> tuple[frozenset[int], frozenset[str], frozenset[tuple[str, frozenset[str]]]]:
-        """What a round depends on besides expired leases: an unchanged signature means the last round's
-        answer stands (round_due)."""
-        return self.state.free, self.waiting, self.room_fit
-
-
-def cluster_gpus_of(snapshot: Snapshot) -> int:
-    """C of T_id: the managed GPUs Themis may use (the topology less the unavailable ones), at least 1."""
-    return max(1, snapshot.topology.size - len(snapshot.unavailable))
-
-
 def advance_books(books: Mapping[Entity, BookRow], apps: Mapping[str, AppRow], tenancy: Tenancy, now: float,
                   cluster_gpus: float) -> dict[Entity, BookRow]:
     """Every active tenant's book at `now` (paced quotas, core/quota.py), from the active `apps` (advanced
@@ -238,142 +199,15 @@ def advance_books(books: Mapping[Entity, BookRow], apps: Mapping[str, AppRow], t
 def build_round(snapshot: Snapshot, rows: Mapping[str, JobRow], apps: Mapping[str, AppRow], cfg: Config,
                 now: float, learned: Mapping[str, str] | None = None, tenancy: Tenancy = FLAT,
                 books: Mapping[Entity, BookRow] | None = None) -> RoundInput:
-    """The arbiter's ClusterState for this cycle (see the module docstring), under `tenancy` (the tree the
-    apps' clocks were advanced with: each App carries its account, the state the tree) and with the
-    tenants' `books` (:func:`advance_books`) for paced quotas.
-
-    Waiting jobs that Slurm would not start if released (`slurm.eligibility`; ``learned`` adds reasons the
-    daemon saw after a release timed out) are left out of the round altogether: they get no grant and
-    count towards nobody's allocation until that changes.
-    """
-    topo = snapshot.topology
-    jobs = {m.job_id: m for m in snapshot.managed}
-    enforce = cfg.mode == "enforce"
-    held = held_for_granted(snapshot, rows.values())
-    busy = {jid for jid, r in rows.items() if r.intent in ("granted", "starting")}
-    blocked = ineligible(snapshot.managed, busy, learned)
-    for jid, why in limit_blocked(snapshot, rows).items():  # QOS/association limits, Themis's starts counted
-        blocked.setdefault(jid, why)
-    used: set[int] = set()
-    leases: list[Lease] = []
-    core_jobs: dict[str, list] = {}
-    accounts: dict[str, str] = {}  # an app's first job's account here (used only when it has no AppRow)
-    waiting: set[str] = set()
-    expired: set[str] = set()
-
-    def claim(ids: Iterable[int]) -> frozenset[int]:
-        mine = frozenset(g for g in ids if 0 <= g < topo.size and g not in used)
-        used.update(mine)
-        return mine
-
-    for jid in sorted(rows):
-        row, mj = rows[jid], jobs.get(jid)
-        if mj is None:
-            continue
-        done, work, _ = done_and_work(row.work, row.done_service, row.progress)
-        preemptible = mj.requeue_ok
-        lease: Lease | None = None
-        if row.intent == "running" and mj.state == "RUNNING" and mj.gpu_ids:
-            start = row.lease_start if row.lease_start is not None else now
-            expiry = row.lease_expiry if row.lease_expiry is not None else start + cfg.scheduler.lease_s
-            ran_from = mj.start_time if mj.start_time else start
-            expiry = max(expiry, ran_from + cfg.scheduler.min_runtime_s)
-            lease = Lease(jid, claim(mj.gpu_ids), start, expiry)
-            if expiry <= now:
-                expired.add(jid)
-        elif row.intent in ("granted", "starting") and mj.state != "RUNNING":
-            lease = Lease(jid, claim(held.get(jid, ())), now, FOREVER)
-            preemptible = False
-        elif row.intent == "waiting" and mj.state == "PENDING" and (mj.held or not enforce):
-            if jid in blocked:
-                continue
-            waiting.add(jid)
-        elif mj.gpu_ids:
-            # transitional running jobs, completing ones, unknown states: hold what Slurm says they hold;
-            # a job being moved also keeps its destination out of the pool (held_for_granted)
-            lease = Lease(jid, claim(mj.gpu_ids), now, FOREVER)
-            claim(held.get(jid, ()))
-            preemptible = False
-        else:
-            continue
-        if lease is not None:
-            leases.append(lease)
-        accounts.setdefault(mj.app_key, mj.account)
-        core_jobs.setdefault(mj.app_key, []).append(core_job(mj, work, done, preemptible, row.service_s,
-                                                              submitted(row, mj)))
-
-    app_objs = []
-    for key in sorted(core_jobs):
-        a = apps.get(key)
-        owner = a.owner if a else key.split("/", 1)[0]
-        arrival = a.arrival if a else now
-        contention = a.clock.average if a else 1.0
-        app_objs.append(App(key, owner, arrival, tuple(core_jobs[key]), contention,
-                            a.finished_work if a else 0.0, a.peak_gpus if a else 0,
-                            account=a.account if a else accounts.get(key, "")))  # fmt: skip
-    free = frozenset(snapshot.free) - used
-    cluster_gpus = cluster_gpus_of(snapshot)
-    tenant_books = {} if tenancy.flat or not books else {e: b.book(now, cluster_gpus) for e, b in books.items()}
-    state = ClusterState(topo, now, free, tuple(leases), tuple(app_objs), cluster_gpus=cluster_gpus,
-                         tenancy=tenancy, tenant_books=tenant_books)
-    waiting_blocked = {jid: why for jid, why in blocked.items() if jid in rows and rows[jid].intent == "waiting"}
-    return RoundInput(state, frozenset(waiting), frozenset(expired), held, frozenset(used), waiting_blocked,
-                      room_fit(snapshot, waiting))
-
-
-def room_fit(snapshot: Snapshot, waiting: Iterable[str]) -> frozenset[tuple[str, frozenset[str]]]:
-    """Each waiting job that needs CPUs or memory with the nodes whose free CPUs and memory hold it now."""
-    if not snapshot.room:
-        return frozenset()
-    jobs = {m.job_id: m for m in snapshot.managed}
-    out = []
-    for jid in waiting:
-        mj = jobs.get(jid)
-        if mj is not None and (mj.cpus_per_node or mj.mem_per_node):
-            fit = frozenset(n for n, r in snapshot.room.items() if r.fits(mj.cpus_per_node, mj.mem_per_node))
-            out.append((jid, fit))
-    return frozenset(out)
-
-
-# ---------------------------------------------------------------------------------------- Slurm's limits
-def _starts_unseen(snapshot: Snapshot, rows: Mapping[str, JobRow]) -> tuple[dict[str, ManagedJob], Usage | None]:
-    """The managed jobs by id, and the limits' use with the jobs Themis granted or released that Slurm
-    does not run yet (it counts only running jobs): they will count as soon as they start."""
-    view = snapshot.limits
-    jobs = {m.job_id: m for m in snapshot.managed}
-    if view is None or not view.enforced:
-        return jobs, None
-    usage = view.usage.copy()
-    for jid, r in rows.items():
-        mj = jobs.get(jid)
-        if r.intent in ("granted", "starting") and mj is not None and mj.state == "PENDING":
-            usage.add(view.limits.bounds(mj.user, mj.account, mj.partition.split(",")[0], mj.qos), mj.gpus)
-    return jobs, usage
-
-
-def limit_blocked(snapshot: Snapshot, rows: Mapping[str, JobRow]) -> dict[str, str]:
-    """Waiting jobs a QOS or association limit keeps Slurm from starting (slurm/limits.py) -> why, counting
-    the jobs Themis granted or released that have not started yet. (The snapshot already blocks what Slurm's
-    own use binds; this adds what Themis's pending starts do.)"""
-    jobs, usage = _starts_unseen(snapshot, rows)
-    view = snapshot.limits
-    if usage is None or view is None:
-        return {}
-    out: dict[str, str] = {}
-    for jid, r in rows.items():
-        mj = jobs.get(jid)
-        if r.intent == "waiting" and mj is not None and mj.state == "PENDING" and mj.blocked is None:
-            why = view.blocked(mj.user, mj.account, mj.partition.split(",")[0], mj.qos, mj.gpus, usage)
-            if why is not None:
-                out[jid] = why
-    return out
+    """The arbiter's ClusterState for this cycle under `cfg` (state/round_input.py)."""
+    return round_input(snapshot, rows, apps, cfg.round_terms, now, learned, tenancy, books)
 
 
 def grants_over_limits(decision: Decision, snapshot: Snapshot, rows: Mapping[str, JobRow]) -> dict[str, str]:
     """The round's new grants that Slurm would not start because of a limit, taken in grant order on top of
     what runs and what Themis started (each round checks jobs one by one, before the round: two grants
     of one user may pass a limit together that each passes alone). Moves of running jobs count nothing."""
-    jobs, usage = _starts_unseen(snapshot, rows)
+    jobs, usage = starts_unseen(snapshot, rows)
     view = snapshot.limits
     if usage is None or view is None:
         return {}
@@ -413,14 +247,6 @@ def round_due(inp: RoundInput, last_signature: object) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------- decision -> rows
-@dataclass(frozen=True)
-class InPlace:
-    """A renewal themisd makes instead of a migration the round decided (see :func:`instead_of_migrations`)."""
-
-    renewal: Renewal  # Y keeps its GPUs (cause RenewalCause.IN_PLACE)
-    instead_of: str   # X, the lease holder the round moved onto Y's GPUs (preempted now, as every migration)
-
-
 def instead_of_migrations(decision: Decision, rows: Mapping[str, JobRow], jobs: Mapping[str, Job]) -> dict[str, InPlace]:
     """Migrations onto the home of a preempted job of the same app and kind become that job's renewal.
 
@@ -441,7 +267,7 @@ def instead_of_migrations(decision: Decision, rows: Mapping[str, JobRow], jobs: 
             continue
         for y, home in homes.items():
             row, yj = rows.get(y), jobs.get(y)
-            if (y not in out and home == g.gpus and row is not None and row.intent == "running"
+            if (y not in out and home == g.gpus and row is not None and row.intent == Intent.RUNNING
                     and yj is not None and yj.app_id == x.app_id and yj.kind == x.kind):
                 renewal = Renewal(job_id=y, app_id=g.app_id, gpus=g.gpus, lease_expiry=g.lease_expiry,
                                   cause=RenewalCause.IN_PLACE)
@@ -477,10 +303,10 @@ def intents_after(decision: Decision, rows: Mapping[str, JobRow], cfg: Config, n
     lease_s = cfg.scheduler.lease_s
     if cfg.mode != "enforce":
         for r in decision.renewals:
-            if r.job_id in rows and rows[r.job_id].intent == "running":
+            if r.job_id in rows and rows[r.job_id].intent == Intent.RUNNING:
                 out[r.job_id] = replace(rows[r.job_id], lease_start=now, lease_expiry=now + lease_s)
         for p in decision.preemptions:
-            if p.job_id in rows and rows[p.job_id].intent == "running":
+            if p.job_id in rows and rows[p.job_id].intent == Intent.RUNNING:
                 out[p.job_id] = replace(rows[p.job_id], lease_start=now, lease_expiry=now + lease_s)
         return out
     preempted = {p.job_id for p in decision.preemptions} - set(in_place)
@@ -490,54 +316,21 @@ def intents_after(decision: Decision, rows: Mapping[str, JobRow], cfg: Config, n
     moved_to = {g.job_id: g for g in decision.grants if g.migrated and g.job_id not in instead}
     for p in decision.preemptions:
         row = rows.get(p.job_id)
-        if row is not None and row.intent == "running" and p.job_id in preempted:
+        if row is not None and row.intent == Intent.RUNNING and p.job_id in preempted:
             g = moved_to.get(p.job_id)
-            out[p.job_id] = replace(row, intent="warning", planned_nodes=dict(g.nodes) if g else {},
+            out[p.job_id] = replace(row, intent=Intent.WARNING, planned_nodes=dict(g.nodes) if g else {},
                                     planned_gpus=g.gpus if g else frozenset(), grant_time=now if g else None)
     for jid, ip in in_place.items():
         out[jid] = replace(rows[jid], lease_start=now, lease_expiry=ip.renewal.lease_expiry)
     for r in decision.renewals:
         row = rows.get(r.job_id)
-        if row is not None and row.intent == "running" and r.job_id not in preempted:
+        if row is not None and row.intent == Intent.RUNNING and r.job_id not in preempted:
             out[r.job_id] = replace(row, lease_start=now, lease_expiry=r.lease_expiry)
     for g in decision.grants:
         row = rows.get(g.job_id)
-        if row is None or g.job_id in preempted or row.intent != "waiting":
+        if row is None or g.job_id in preempted or row.intent != Intent.WAITING:
             continue  # a migration is a preemption now and a new grant in a later round
-        out[g.job_id] = replace(row, intent="granted", planned_nodes=dict(g.nodes), planned_gpus=g.gpus,
+        out[g.job_id] = replace(row, intent=Intent.GRANTED, planned_nodes=dict(g.nodes), planned_gpus=g.gpus,
                                 grant_time=now, lease_start=None, lease_expiry=g.lease_expiry,
                                 release_time=None)  # fmt: skip
     return out
-
-
-# ---------------------------------------------------------------------------------------- finish times
-def finish_times(snap: Snapshot, jobs: Iterable[Mapping[str, Any]], apps: Iterable[Mapping[str, Any]],
-                 cfg: Config | None = None, now: float | None = None) -> dict[str, tuple[float, float]]:
-    """{app_key: (T_id seconds, T_sh seconds)} of each app *now*, under its current allocation.
-
-    The database keeps each app's rho after the last round but not its two finish-time estimates, so the
-    round's input is rebuilt from the snapshot and the stored rows (plain dicts, as api.db reads them)
-    with the round's own code (read-only) and the core's FairnessModel is asked. The API gets this
-    function injected (themisd, the CLI): it does not import the daemon. Best effort: any failure gives
-    no estimates rather than a failed request.
-    """
-    cfg = cfg or Config()
-    now = time.time() if now is None else now
-    try:
-        rows = {r["job_id"]: job_row(r) for r in jobs}
-        app_rows = {a["app_key"]: app_row(a) for a in apps}
-        inp = build_round(snap, rows, {k: a for k, a in app_rows.items() if a.active}, cfg, now)
-        state = inp.state
-        model = FairnessModel(state.topology, state.cluster_gpus or state.topology.size,
-                              cfg.scheduler.idle_throughput)
-        holdings = {lease.job_id: lease.gpus for lease in state.leases}
-        out = {}
-        for app in state.apps:
-            jobs_of = {j.id: j for j in app.jobs}
-            held = {j: g for j, g in holdings.items() if j in jobs_of}
-            x = app_throughput(jobs_of, held, state.topology)
-            out[app.id] = (model.t_id(app), model.t_sh(app, now, x, kept=held))
-        return out
-    except Exception as e:  # estimates are a convenience: never fail the request for them
-        log.debug("finish-time estimates unavailable: %s", e)
-        return {}

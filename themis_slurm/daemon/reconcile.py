@@ -31,8 +31,9 @@ from dataclasses import dataclass, replace
 
 from themis_slurm.daemon.config import Config
 from themis_slurm.daemon.estimates import estimate
-from themis_slurm.daemon.store import JobRow
 from themis_slurm.slurm.model import ManagedJob
+from themis_slurm.state.intents import Intent
+from themis_slurm.state.rows import JobRow
 
 #: Backend actions a Fix may ask for (SlurmBackend method names).
 ACTIONS = ("hold", "start", "warn", "requeue")
@@ -76,12 +77,12 @@ def restarted_unseen(mj: ManagedJob, row: JobRow) -> bool:
 
 def running_row(row: JobRow, mj: ManagedJob, now: float, lease_s: float, adopted: bool = False) -> JobRow:
     start = lease_from(mj, now)
-    return replace(row, intent="running", lease_start=start, lease_expiry=start + lease_s, release_time=None,
+    return replace(row, intent=Intent.RUNNING, lease_start=start, lease_expiry=start + lease_s, release_time=None,
                    warn_time=None, requeue_time=None, adopted=int(adopted or row.adopted))  # fmt: skip
 
 
 def waiting_row(row: JobRow) -> JobRow:
-    return replace(row, intent="waiting", planned_nodes={}, planned_gpus=frozenset(), grant_time=None,
+    return replace(row, intent=Intent.WAITING, planned_nodes={}, planned_gpus=frozenset(), grant_time=None,
                    lease_start=None, lease_expiry=None, release_time=None, warn_time=None,
                    requeue_time=None, adopted=0)  # fmt: skip
 
@@ -89,7 +90,7 @@ def waiting_row(row: JobRow) -> JobRow:
 def new_row(mj: ManagedJob, cfg: Config, now: float) -> JobRow:
     est = estimate(mj, cfg.estimates)
     # est_note stays empty here so that the first accounting logs the clamping once
-    return JobRow(job_id=mj.job_id, slurm_id=mj.slurm_id, app_key=mj.app_key, intent="waiting", gpus=mj.gpus,
+    return JobRow(job_id=mj.job_id, slurm_id=mj.slurm_id, app_key=mj.app_key, intent=Intent.WAITING, gpus=mj.gpus,
                   work=est.work(mj.gpus), est_work=est.work(mj.gpus), first_seen=now, est_source=est.source,
                   submit_time=mj.submit_time or None)  # fmt: skip
 
@@ -124,10 +125,10 @@ def reconcile(now: float, jobs: Mapping[str, ManagedJob], rows: Mapping[str, Job
 
 def _observe(now: float, mj: ManagedJob, row: JobRow, cfg: Config) -> Fix | None:
     """Observe mode: mirror Slurm, act on nothing."""
-    if mj.state == RUNNING and row.intent != "running":
+    if mj.state == RUNNING and row.intent != Intent.RUNNING:
         return Fix(mj.job_id, "running", "Slurm started it", running_row(row, mj, now, cfg.scheduler.lease_s),
                    app_key=mj.app_key)
-    if mj.state == PENDING and row.intent != "waiting":
+    if mj.state == PENDING and row.intent != Intent.WAITING:
         return Fix(mj.job_id, "pending", "pending in Slurm", waiting_row(row), app_key=mj.app_key)
     return None
 
@@ -144,36 +145,36 @@ def _one(now: float, mj: ManagedJob, row: JobRow, cfg: Config) -> Fix | None:
         return Fix(jid, kind, reason, before, action, after, app)
 
     if running:
-        if intent in ("waiting", "granted"):
+        if intent in (Intent.WAITING, Intent.GRANTED):
             return fix("adopted", f"running although {intent}: released outside Themis; adopted with a lease",
                        running_row(row, mj, now, lease_s, adopted=True))
-        if intent == "starting":
+        if intent == Intent.STARTING:
             return fix("started", "Slurm started it", running_row(row, mj, now, lease_s))
-        if intent == "warning":
-            warned = replace(row, intent="warned", warn_time=now)
+        if intent == Intent.WARNING:
+            warned = replace(row, intent=Intent.WARNED, warn_time=now)
             return fix("warn", "lease lost: checkpoint warning (SIGUSR1)", row, "warn", warned)
-        if intent == "warned" and row.warn_time is not None and now >= row.warn_time + sched.grace_s:
-            rq = replace(row, intent="requeueing", requeue_time=now)
+        if intent == Intent.WARNED and row.warn_time is not None and now >= row.warn_time + sched.grace_s:
+            rq = replace(row, intent=Intent.REQUEUEING, requeue_time=now)
             return fix("requeue", f"grace of {sched.grace_s:g}s over: requeue held", rq, "requeue")
-        if intent == "requeueing":
+        if intent == Intent.REQUEUEING:
             return fix("requeue", "requeue not taken yet: sent again", replace(row, requeue_time=now), "requeue")
-        if intent == "running" and restarted_unseen(mj, row):
+        if intent == Intent.RUNNING and restarted_unseen(mj, row):
             return fix("restarted-outside", "started again since themisd last saw it run (requeued outside Themis "
                        "and started by Slurm while themisd was not looking): adopted with a fresh lease",
                        running_row(row, mj, now, lease_s, adopted=True))
         return None
     if not pending:
-        if mj.requeued and intent == "running":  # the owner's `scontrol requeue`: hold it before Slurm restarts it
+        if mj.requeued and intent == Intent.RUNNING:  # the owner's `scontrol requeue`: hold it before Slurm restarts it
             return fix("requeued-outside", "requeued outside Themis (its owner's `scontrol requeue`?) while it "
                        "runs: held again at once, before Slurm can start it by itself", waiting_row(row),
                        None if mj.held else "hold")
         return None  # COMPLETING, SUSPENDED, ...: wait for Slurm to settle
-    if intent == "waiting":
+    if intent == Intent.WAITING:
         if not mj.held:
             return fix("rehold", "pending but not held (released or requeued outside Themis): held again",
                        row, "hold")
         return None
-    if intent == "granted":
+    if intent == Intent.GRANTED:
         bound = (row.grant_time or now) + sched.grace_s + sched.release_timeout_s
         if now > bound:
             return fix("replan", "its GPUs did not free up in time: back to waiting", waiting_row(row),
@@ -181,7 +182,7 @@ def _one(now: float, mj: ManagedJob, row: JobRow, cfg: Config) -> Fix | None:
         if not mj.held:
             return fix("rehold", "granted but released outside Themis: held until its GPUs are free", row, "hold")
         return None
-    if intent == "starting":
+    if intent == Intent.STARTING:
         late = row.release_time is None or now - row.release_time > sched.release_timeout_s
         if late:
             return fix("release-timeout", f"released but not running after {sched.release_timeout_s:g}s: "
@@ -191,12 +192,12 @@ def _one(now: float, mj: ManagedJob, row: JobRow, cfg: Config) -> Fix | None:
         return None
     # running / warning / warned / requeueing but Slurm shows it pending: it went back to the queue
     # (our requeue took, or Slurm requeued it after a node failure, or its owner requeued it)
-    if intent in ("warned", "requeueing") and row.planned_nodes:  # moved: its destination waits for it
-        moved = replace(waiting_row(row), intent="granted", planned_nodes=dict(row.planned_nodes),
+    if intent in (Intent.WARNED, Intent.REQUEUEING) and row.planned_nodes:  # moved: its destination waits for it
+        moved = replace(waiting_row(row), intent=Intent.GRANTED, planned_nodes=dict(row.planned_nodes),
                         planned_gpus=row.planned_gpus, grant_time=now)
         return fix("requeued", f"pending again (was {intent}): granted the GPUs it was moved to "
                    f"({_nodes_text(row.planned_nodes)})", moved, None if mj.held else "hold")
-    kind = "requeued" if intent in ("warned", "requeueing") else "requeued-outside"
+    kind = "requeued" if intent in (Intent.WARNED, Intent.REQUEUEING) else "requeued-outside"
     return fix(kind, f"pending again (was {intent}): waiting", waiting_row(row), None if mj.held else "hold")
 
 

@@ -33,11 +33,9 @@ from themis_slurm.core.placement import Pool
 from themis_slurm.core.state import ClusterState
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import Job
-from themis_slurm.daemon.store import JobRow
 from themis_slurm.slurm.model import ManagedJob, Snapshot, room_fits
-
-#: intents of jobs Themis placed that Slurm has not started on their planned nodes yet
-PLANNED = ("granted", "starting", "warning", "warned", "requeueing")
+from themis_slurm.state.intents import TRANSITIONAL
+from themis_slurm.state.rows import JobRow
 
 
 @dataclass
@@ -71,7 +69,7 @@ def base_room(snapshot: Snapshot, rows: Mapping[str, JobRow]) -> dict[str, Room]
     jobs = {m.job_id: m for m in snapshot.managed}
     for jid, row in rows.items():
         mj = jobs.get(jid)
-        if mj is None or row.intent not in PLANNED or not row.planned_nodes:
+        if mj is None or row.intent not in TRANSITIONAL or not row.planned_nodes:
             continue
         if mj.state == "RUNNING" and set(mj.node_gpus) == set(row.planned_nodes):
             continue  # Slurm counts it already

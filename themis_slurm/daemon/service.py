@@ -36,19 +36,18 @@ from themis_slurm.daemon.handback import read_job_submit_mode
 from themis_slurm.daemon.heartbeat import write_heartbeat
 from themis_slurm.daemon.loop import Daemon
 from themis_slurm.daemon.metrics import Metrics
-from themis_slurm.daemon.planning import finish_times
 from themis_slurm.daemon.sdnotify import Notifier
-from themis_slurm.daemon.store import (
+from themis_slurm.slurm.model import SlurmBackend
+from themis_slurm.state.disk import (
     LOCK_NAME,
-    StateError,
     check_private,
     make_state_dir,
-    open_store,
     private_opener,
     storage_message,
     storage_problem,
 )
-from themis_slurm.slurm.model import SlurmBackend
+from themis_slurm.state.errors import StateError
+from themis_slurm.state.opening import open_store
 
 log = logging.getLogger("themisd")
 
@@ -61,7 +60,7 @@ class AlreadyRunning(RuntimeError):
 def state_lock(state_dir: str, wait: Callable[[str], bool] | None = None) -> Iterator[None]:
     """Exclusive lock on the state directory for the life of the block (released by the kernel on kill -9).
 
-    The directory is created 0750 and the lock file 0640, whatever the umask (store.py, "permissions").
+    The directory is created 0750 and the lock file 0640, whatever the umask (state/disk.py).
     Held by another themisd: AlreadyRunning, or with `wait` (standby) ``wait(holder)`` is called about once
     a second until the lock is free (then the block runs) or it returns False (then AlreadyRunning).
     """
@@ -126,7 +125,7 @@ def check_job_submit_mode(cfg: Config) -> None:
 class Outage:
     """An episode of cycles that could not write the state database: logged once, counted, ended once."""
 
-    problem: str  # store.storage_problem: full, io, readonly
+    problem: str  # state.disk.storage_problem: full, io, readonly
     since: float  # time.monotonic() of the first failed cycle
     cycles: int = 1
 
@@ -313,8 +312,7 @@ class Service:
                                       snapshot=lambda: daemon.last_snapshot,
                                       last_cycle=lambda: daemon.last_cycle_time,
                                       pending_actions=daemon.pending_actions,
-                                      estimator=lambda snap, jobs, apps, now=None: finish_times(
-                                          snap, jobs, apps, daemon.cfg, now))
+                                      round_terms=lambda: daemon.cfg.round_terms)
         except Exception as e:  # the scheduler must run even when the API cannot
             log.error("status API not started on %s: %s", self.cfg.api.listen, e)
             return None

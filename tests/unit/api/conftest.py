@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from themis_slurm.api.server import ApiApp, build_app
-from themis_slurm.daemon.planning import finish_times  # injected as themisd does
+from themis_slurm.daemon.config import Config  # the lease terms themisd's default config gives
 
 from . import world
 
@@ -25,6 +25,6 @@ def make_app(tmp_path: Path, db: Path) -> Callable[..., ApiApp]:
         conf.write_text(world.SLURM_CONF_PRIVATE if private else world.SLURM_CONF_PUBLIC)
         snap = world.snapshot() if snapshot else None
         return build_app(db, str(conf), snapshot=lambda: snap, decoder=world.fake_decoder, names=world.names,
-                         operators=operators, last_cycle=lambda: world.NOW, estimator=finish_times)
+                         operators=operators, last_cycle=lambda: world.NOW, round_terms=lambda: Config().round_terms)
 
     return make

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from themis_slurm.core.decision import AppRecord, KeptBy, Outcome
 from themis_slurm.core.tenancy import Tenancy
-from themis_slurm.daemon.store import Store
 from themis_slurm.slurm.model import Snapshot
+from themis_slurm.state.store import Store
 
 from . import world
 from .world import ALICE, BOB, NOW

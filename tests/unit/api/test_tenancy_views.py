@@ -187,7 +187,8 @@ def test_explain_of_a_running_job_shows_its_standing_only(api: ApiApp) -> None:
 
 
 def test_old_database_without_tenancy_is_flat(tmp_path: Path) -> None:
-    from themis_slurm.daemon.store import MIGRATIONS, Store
+    from themis_slurm.state.schema import MIGRATIONS
+    from themis_slurm.state.store import Store
 
     db = tmp_path / "state" / "themis.db"
     Store(db, migrations=MIGRATIONS[:8]).close()  # a v8 themisd's database: no tenancy table yet

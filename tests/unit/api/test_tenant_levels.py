@@ -11,7 +11,8 @@ from themis_slurm import reasons
 from themis_slurm.core.decision import AppRecord, Outcome
 from themis_slurm.core.tenancy import FLAT, ZERO_SHARES, Tenancy, entity_fractions, fractions
 from themis_slurm.core.workload import App
-from themis_slurm.daemon.store import MIGRATIONS, Store
+from themis_slurm.state.schema import MIGRATIONS
+from themis_slurm.state.store import Store
 from themis_slurm.tenant_levels import Member, entity_json, summarise, tenancy_from_json, tenancy_json
 
 TREE = Tenancy(

@@ -193,7 +193,7 @@ def test_database_is_opened_read_only(app: ApiApp) -> None:
 
 
 def test_explain_a_job_that_left_uses_the_audit_log(app: ApiApp, db) -> None:  # type: ignore[no-untyped-def]
-    from themis_slurm.daemon.store import Store
+    from themis_slurm.state.store import Store
 
     store = Store(db)
     with store.tx():
@@ -207,7 +207,7 @@ def test_explain_a_job_that_left_uses_the_audit_log(app: ApiApp, db) -> None:  #
 
 def test_explain_shows_rows_of_older_daemons_as_written(make_app: Callable[..., ApiApp], db) -> None:  # type: ignore[no-untyped-def]
     """Rows written before schema v3 have only their sentence: shown verbatim, never parsed for fields."""
-    from themis_slurm.daemon.store import Store
+    from themis_slurm.state.store import Store
 
     store = Store(db)
     with store.tx():
@@ -245,7 +245,7 @@ def _busy_world(tmp_path, db, cpus: int, mem: int) -> ApiApp:  # type: ignore[no
     from dataclasses import replace
 
     from themis_slurm.api.server import build_app
-    from themis_slurm.daemon.planning import finish_times
+    from themis_slurm.daemon.config import Config  # the lease terms themisd's default config gives
     from themis_slurm.slurm.model import NodeRoom
 
     snap = world.snapshot()
@@ -254,7 +254,7 @@ def _busy_world(tmp_path, db, cpus: int, mem: int) -> ApiApp:  # type: ignore[no
     conf = tmp_path / "private.conf"
     conf.write_text(world.SLURM_CONF_PRIVATE)
     app = build_app(db, str(conf), snapshot=lambda: snap, decoder=world.fake_decoder, names=world.names,
-                    last_cycle=lambda: world.NOW, estimator=finish_times)
+                    last_cycle=lambda: world.NOW, round_terms=lambda: Config().round_terms)
     app.clock = lambda: world.NOW
     return app
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 from themis_slurm.core.decision import AppRecord, KeptBy, Outcome
 from themis_slurm.core.topology import Topology
-from themis_slurm.daemon.store import AppRow, JobRow, Store
 from themis_slurm.slurm.model import ManagedJob, Snapshot
+from themis_slurm.state.rows import AppRow, JobRow
+from themis_slurm.state.store import Store
 
 NOW = 1_700_000_000.0
 ALICE, BOB = "themis-alice", "themis-bob"

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from api import world
 
-from themis_slurm.api import db as db_mod
 from themis_slurm.cli import client as client_mod
 from themis_slurm.cli.client import Client, CliError, load_settings
+from themis_slurm.state import reader as db_mod
 
 from .conftest import Run, free_port
 

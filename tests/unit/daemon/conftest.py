@@ -12,8 +12,8 @@ from tests.unit.slurm.fake_slurm import FakeRunner
 from themis_slurm.core.topology import Topology
 from themis_slurm.daemon.config import Config, EstimatesConfig, SchedulerConfig, TenancyConfig, parse
 from themis_slurm.daemon.loop import Daemon
-from themis_slurm.daemon.store import Store
 from themis_slurm.slurm.shares import SHOW_CONFIG, SSHARE
+from themis_slurm.state.store import Store
 
 from .fake_slurm import FakeSlurm
 

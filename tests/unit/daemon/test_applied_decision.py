@@ -23,7 +23,7 @@ from themis_slurm.core.workload import App, Job, Lease
 from themis_slurm.daemon import loop
 from themis_slurm.daemon.config import Config
 from themis_slurm.daemon.planning import as_applied, instead_of_migrations, intents_after
-from themis_slurm.daemon.store import JobRow
+from themis_slurm.state.rows import JobRow
 
 from .conftest import run
 

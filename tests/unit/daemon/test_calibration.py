@@ -143,7 +143,7 @@ def test_run_time_is_slurms_not_when_themisd_looked(slurm: FakeSlurm, make_daemo
 
 def test_service_counted_past_slurms_end_time_is_taken_back() -> None:
     from themis_slurm.daemon.planning import settled
-    from themis_slurm.daemon.store import JobRow
+    from themis_slurm.state.rows import JobRow
 
     row = JobRow(job_id="1", slurm_id=1, app_key="u/a", intent="running", gpus=2, work=100.0, first_seen=0.0,
                  service_s=2 * 134.0, done_service=2 * 134.0 * 0.9, accounted_until=1134.0)

@@ -133,7 +133,7 @@ def test_check_config_exit_codes(tmp_path: Path) -> None:
 
 def test_sighup_reload_rejects_bad_config_and_keeps_old(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from themis_slurm.daemon.loop import Daemon
-    from themis_slurm.daemon.store import Store
+    from themis_slurm.state.store import Store
 
     path = tmp_path / "themis.yaml"
     path.write_text(f"state_dir: {tmp_path}\nscheduler:\n  lease_minutes: 5\nmetrics:\n  listen: ''\n")
@@ -260,3 +260,15 @@ def test_the_api_servers_limits_are_config_keys(tmp_path: Path, monkeypatch: pyt
         "workers": 3, "backlog": 9, "timeout": 2.5, "write_timeout": 7.0, "max_connections": 40}
     with pytest.raises(ConfigError, match="api.workers: value 0 is not an integer >= 1"):
         parse({"api": {"workers": 0}})
+
+
+def test_the_api_keys_default_to_the_servers_own_defaults() -> None:
+    """daemon/config.py states the API server's defaults itself (the daemon imports the API only where it starts
+    it): they must be the server's."""
+    from themis_slurm.api import server
+
+    api = Config().api
+    assert (api.listen, api.workers, api.backlog, api.request_timeout_s, api.write_timeout_s,
+            api.max_connections) == (server.DEFAULT_LISTEN, server.DEFAULT_WORKERS, server.DEFAULT_BACKLOG,
+                                     server.DEFAULT_TIMEOUT_S, server.DEFAULT_WRITE_TIMEOUT_S,
+                                     server.DEFAULT_MAX_CONNECTIONS)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from themis_slurm.daemon.loop import Daemon
-from themis_slurm.daemon.store import Store
+from themis_slurm.state.store import Store
 
 from .conftest import daemon_config
 from .fake_slurm import FakeSlurm

@@ -15,10 +15,10 @@ from themis_slurm.core.calibration import FROM_PEERS, FROM_RUNNING, FROM_USER, C
 from themis_slurm.core.topology import Topology
 from themis_slurm.daemon.config import EstimatesConfig
 from themis_slurm.daemon.loop import Daemon
-from themis_slurm.daemon.store import Store
 from themis_slurm.policies import make_policy
 from themis_slurm.sim.engine import SimConfig, simulate
 from themis_slurm.sim.trace import TraceJob
+from themis_slurm.state.store import Store
 
 from .conftest import daemon_config, run
 from .fake_slurm import FakeSlurm

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from themis_slurm.daemon.config import EstimatesConfig
-from themis_slurm.daemon.estimates import checked_progress, core_job, done_and_work, estimate, shape_of
+from themis_slurm.daemon.estimates import checked_progress, estimate
+from themis_slurm.state.jobs import core_job, done_and_work, shape_of
 
 from .fake_slurm import FakeSlurm
 

@@ -14,7 +14,7 @@ from themis_slurm.daemon.config import FailOpenConfig
 from themis_slurm.daemon.failopen import fail_open
 from themis_slurm.daemon.heartbeat import heartbeat_age, read_heartbeat, write_heartbeat
 from themis_slurm.daemon.loop import Daemon
-from themis_slurm.daemon.store import Store
+from themis_slurm.state.store import Store
 
 from .conftest import daemon_config, run
 from .fake_slurm import FakeSlurm

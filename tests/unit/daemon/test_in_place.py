@@ -8,7 +8,7 @@ from themis_slurm.core.decision import Decision, Grant, Preemption, PreemptionCa
 from themis_slurm.core.workload import Job
 from themis_slurm.daemon.config import Config
 from themis_slurm.daemon.planning import instead_of_migrations, intents_after
-from themis_slurm.daemon.store import JobRow
+from themis_slurm.state.rows import JobRow
 
 
 def _row(jid: str, intent: str = "running") -> JobRow:
@@ -41,10 +41,10 @@ def test_a_moved_holder_landing_on_a_lost_holders_gpus_renews_that_holder() -> N
 
 def test_a_moved_job_keeps_its_destination_through_warning_and_requeue() -> None:
     # issue 38 item 14: a job moved to other GPUs lost its destination and waited a whole lease
-    from themis_slurm.api.cluster import held_for_granted
     from themis_slurm.core.topology import Topology
     from themis_slurm.daemon.reconcile import reconcile
     from themis_slurm.slurm.model import ManagedJob, Snapshot
+    from themis_slurm.state.held import held_for_granted
 
     topo = Topology.uniform(racks=1, nodes_per_rack=2, gpus_per_node=4, islands_per_node=2)
     home, dest = frozenset({0, 1}), frozenset({4, 5})

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from themis_slurm.daemon.estimates import submitted
 from themis_slurm.daemon.loop import Daemon
 from themis_slurm.daemon.planning import build_round
-from themis_slurm.daemon.store import JobRow
 from themis_slurm.slurm.model import ManagedJob
+from themis_slurm.state.jobs import submitted
+from themis_slurm.state.rows import JobRow
 
 from .conftest import run
 from .fake_slurm import FakeSlurm

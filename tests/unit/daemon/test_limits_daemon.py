@@ -9,9 +9,10 @@ CLI backend reads them (slurm/limits.py).
 from __future__ import annotations
 
 from themis_slurm.core.decision import Decision, Grant, GrantSource
-from themis_slurm.daemon.planning import build_round, grants_over_limits, limit_blocked, without_waiting
-from themis_slurm.daemon.store import JobRow
+from themis_slurm.daemon.planning import build_round, grants_over_limits, without_waiting
 from themis_slurm.slurm.limits import Limits, QosLimits
+from themis_slurm.state.round_input import limit_blocked
+from themis_slurm.state.rows import JobRow
 
 from .conftest import daemon_config, run
 from .fake_slurm import FakeSlurm

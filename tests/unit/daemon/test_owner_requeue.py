@@ -16,11 +16,11 @@ import pytest
 
 from themis_slurm.daemon.config import Config
 from themis_slurm.daemon.reconcile import RESTART_SLACK_S, reconcile
-from themis_slurm.daemon.store import JobRow
 from themis_slurm.slurm.actions import ActionRefused, check_still_pending
 from themis_slurm.slurm.model import ManagedJob
 from themis_slurm.slurm.parse import job_from_json
 from themis_slurm.slurm.snapshot import requeued_while_completing
+from themis_slurm.state.rows import JobRow
 
 NOW = 1_796_405_400.0
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from tests.unit.core.instances import random_state
 from themis_slurm import reasons
-from themis_slurm.api.db import StateReader, connect_ro
 from themis_slurm.core.arbiter import ArbiterConfig, run_round
 from themis_slurm.core.decision import Decision, RenewalCause, ReservationNote
-from themis_slurm.daemon.store import Store
+from themis_slurm.state.reader import StateReader, connect_ro
+from themis_slurm.state.store import Store
 
 CONFIGS = [ArbiterConfig(), ArbiterConfig(fairness_knob=0.5, lease_s=1.0, reserve_wide_gangs=True),
            ArbiterConfig(fairness_knob=0.0, solver="fast", restart_cost_s=0.0),
@@ -91,11 +91,11 @@ def test_stored_columns_render_the_same_sentences(tmp_path: Path) -> None:
                 expected[int(store.query("SELECT MAX(id) FROM decisions")[0][0])] = reasons.renewal(r)
     store.close()
     with StateReader(connect_ro(tmp_path / "themis.db")) as state:
-        rows = state._all("SELECT d.*, r.fairness_knob AS round_fairness_knob FROM decisions d"
-                          " JOIN rounds r ON r.id = d.round_id")
+        rows = state.decisions(("app", "grant", "renewal"))
+        knobs = {r.id: r.fairness_knob for r in state.rounds(1000)}
     assert len(rows) == len(expected) > 100
     for row in rows:
-        knob = row["round_fairness_knob"]
-        got = reasons.app_row(row, knob) if row["action"] == "app" else reasons.job_row(row, knob)
-        assert got == expected[row["id"]]
-        assert row["reason"] == ""  # new rows store data, not prose
+        knob = knobs[row.round_id]
+        got = reasons.app_row(row, knob) if row.action == "app" else reasons.job_row(row, knob)
+        assert got == expected[row.id]
+        assert row.reason == ""  # new rows store data, not prose

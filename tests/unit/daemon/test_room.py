@@ -16,7 +16,8 @@ from themis_slurm.core.topology import Topology
 from themis_slurm.daemon import room
 from themis_slurm.daemon.loop import Daemon
 from themis_slurm.daemon.planning import build_round
-from themis_slurm.daemon.store import JobRow, Store
+from themis_slurm.state.rows import JobRow
+from themis_slurm.state.store import Store
 
 from .conftest import daemon_config
 from .fake_slurm import FakeSlurm

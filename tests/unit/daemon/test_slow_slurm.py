@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from themis_slurm.daemon.loop import Daemon
-from themis_slurm.daemon.store import Store
 from themis_slurm.slurm.actions import ActionRefused
 from themis_slurm.slurm.model import ManagedJob
+from themis_slurm.state.store import Store
 
 from .conftest import daemon_config, run
 from .fake_slurm import FakeSlurm, SlurmError

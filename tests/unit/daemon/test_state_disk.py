@@ -24,8 +24,10 @@ from themis_slurm.core.topology import Topology
 from themis_slurm.daemon import service as service_mod
 from themis_slurm.daemon.main import cli
 from themis_slurm.daemon.service import Service
-from themis_slurm.daemon.store import StateError, Store, storage_line, storage_problem
 from themis_slurm.slurm.model import ManagedJob, Snapshot
+from themis_slurm.state.disk import storage_line, storage_problem
+from themis_slurm.state.errors import StateError
+from themis_slurm.state.store import Store
 
 from .conftest import daemon_config
 from .fake_slurm import FakeJob, FakeSlurm

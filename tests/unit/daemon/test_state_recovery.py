@@ -14,7 +14,11 @@ from click.testing import CliRunner
 from themis_slurm.daemon import service as service_mod
 from themis_slurm.daemon.main import cli
 from themis_slurm.daemon.service import Service
-from themis_slurm.daemon.store import MIGRATIONS, StateError, Store, marker_path, move_aside, open_store
+from themis_slurm.state.disk import marker_path
+from themis_slurm.state.errors import StateError
+from themis_slurm.state.opening import move_aside, open_store
+from themis_slurm.state.schema import MIGRATIONS
+from themis_slurm.state.store import Store
 
 from .fake_slurm import FakeSlurm
 

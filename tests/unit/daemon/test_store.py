@@ -7,7 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from themis_slurm.daemon.store import MIGRATIONS, JobRow, StateError, Store
+from themis_slurm.state.errors import StateError
+from themis_slurm.state.rows import JobRow
+from themis_slurm.state.schema import MIGRATIONS
+from themis_slurm.state.store import Store
 
 
 def row(jid: str = "1", intent: str = "waiting") -> JobRow:

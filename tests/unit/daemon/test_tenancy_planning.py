@@ -9,8 +9,9 @@ import pytest
 
 from themis_slurm.core.tenancy import FLAT, Tenancy
 from themis_slurm.daemon.planning import advance_apps, first_account
-from themis_slurm.daemon.store import MIGRATIONS, Store
 from themis_slurm.slurm.model import ManagedJob
+from themis_slurm.state.schema import MIGRATIONS
+from themis_slurm.state.store import Store
 
 from .test_store import old_database
 

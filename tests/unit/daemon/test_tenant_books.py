@@ -13,7 +13,7 @@ import pytest
 from themis_slurm.daemon.config import Config, TenancyConfig
 from themis_slurm.daemon.loop import Daemon
 from themis_slurm.daemon.planning import build_round
-from themis_slurm.daemon.store import Store
+from themis_slurm.state.store import Store
 
 from .conftest import daemon_config, run
 from .fake_slurm import FakeSlurm

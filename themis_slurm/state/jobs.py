@@ -1,0 +1,97 @@
+"""The core's view of a managed job: its Job from what Slurm shows and what themisd stored (pure).
+
+A job's work (ideal GPU-seconds) is its calibrated estimate (daemon/estimates.py and planning.account keep
+it in the row); what it has done is its attained service at its placement, refined by the progress it
+reports (:func:`done_and_work`); its submit time is the first one themisd saw (:func:`submitted`). The round
+(state/round_input.py) and the status API's finish-time estimates (state/finish.py) build their Jobs here.
+"""
+
+from __future__ import annotations
+
+from themis_slurm.core.placement import PROFILES
+from themis_slurm.core.workload import REPORT_MIN_REMAINING, Job, refine_by_progress
+from themis_slurm.slurm.model import ManagedJob
+from themis_slurm.state.rows import JobRow
+
+#: A job still active is never treated as done: remaining work stays at least this fraction of the estimate,
+#: so a job that reports 100 % (or outruns its estimate) is not preempted as "finished" while it still runs.
+MIN_REMAINING = REPORT_MIN_REMAINING
+#: When attained service passes the estimate, the estimate is stretched to this multiple of what was done.
+OVERRUN_STRETCH = 1.25
+
+
+def done_and_work(work: float, done_service: float, progress: float | None) -> tuple[float, float, str]:
+    """(done, work) to give the arbiter, and a note when the estimate had to bend.
+
+    A progress report refines attained service (:func:`~themis_slurm.core.workload.refine_by_progress`,
+    shared with the simulator): it is the user's word, so it can only make the job look *further along*:
+    the remaining work is never above the estimate fixed at submit minus the work already done at the
+    job's placement (``done_service``).
+    The loop also drops a report lower than the last accepted one (`planning.account`). Without a report,
+    service is the measure. A job that outruns its estimate gets a longer one first, with or without a
+    report (the simulator bumps its estimates the same way).
+    """
+    note = ""
+    if done_service >= (1.0 - MIN_REMAINING) * work:
+        work = done_service * OVERRUN_STRETCH
+        note = f"ran past its estimate: work stretched to {work:.0f} GPU-s"
+    if progress is not None:
+        done, work = refine_by_progress(work, done_service, progress)
+        return done, work, note
+    return done_service, work, note
+
+
+def profile_of(job: ManagedJob) -> str:
+    """The placement profile name; unknown names (a newer job_submit.lua) fall back to the default class."""
+    name = (job.profile or "").lower()
+    return name if name in PROFILES else "low"
+
+
+def shape_of(job: ManagedJob) -> tuple[int | None, int | None]:
+    """(gpus_per_node, nodes) for the core, or (None, None) when the job does not fix its shape.
+
+    ``--gres=gpu:4`` is per node and Slurm gives one node unless -N says otherwise, so a per-node count
+    with no node count still fixes the shape.
+    """
+    gpn, nodes = job.gpus_per_node, job.nodes
+    if gpn is None or gpn < 1:
+        return None, None
+    if nodes is None:
+        if job.gpus % gpn:
+            return None, None
+        nodes = job.gpus // gpn
+    if nodes < 1 or nodes * gpn != job.gpus:
+        return None, None
+    return gpn, nodes
+
+
+def submitted(row: JobRow, job: ManagedJob) -> float:
+    """When the job was submitted. Not Slurm's SubmitTime as it is now: a requeue resets that to the moment
+    of the requeue, and a job preempted by Themis would then look submitted later after every lease it
+    lost (its app's T_id longer, its rho better than it is). The row keeps the SubmitTime themisd first
+    saw; a row written by an older themisd has only first_seen, which comes before any requeue themisd made.
+    """
+    if row.submit_time is not None:
+        return row.submit_time
+    return min(row.first_seen, job.submit_time) if job.submit_time else row.first_seen
+
+
+def core_job(
+    job: ManagedJob, work: float, done: float, preemptible: bool, service_s: float, submit: float
+) -> Job:
+    """The arbiter's view of one managed job; `submit` is :func:`submitted`."""
+    gpn, nodes = shape_of(job)
+    return Job(
+        id=job.job_id,
+        app_id=job.app_key,
+        gpus=job.gpus,
+        work=work,
+        done=max(0.0, done),
+        profile=profile_of(job),
+        gpus_per_node=gpn,
+        nodes=nodes,
+        preemptible=preemptible,
+        submit=submit,
+        service=service_s,
+        allowed_nodes=job.allowed_nodes,  # where Slurm could start it (slurm/snapshot.placement_limits)
+    )
