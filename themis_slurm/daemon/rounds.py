@@ -123,57 +123,25 @@ def _t(x: float | None) -> str:
 def log_decision(d: Decision, trigger: str, latency: float, mode: str, knob: float) -> None:
     """One line per decision, in words made by themis_slurm.reasons from the Decision's typed fields."""
     verb = "" if mode == "enforce" else "would "
-    log.info(
-        "round (%s) solver=%s offered=%d grants=%d renewals=%d preemptions=%d reserved=%d in %.3fs%s",
-        trigger,
-        d.solver,
-        d.offered_gpus,
-        len(d.grants),
-        len(d.renewals),
-        len(d.preemptions),
-        len(d.reserved_gpus),
-        latency,
-        "" if mode == "enforce" else " [observe: nothing applied]",
-    )
+    log.info("round (%s) solver=%s offered=%d grants=%d renewals=%d preemptions=%d reserved=%d in %.3fs%s",
+             trigger, d.solver, d.offered_gpus, len(d.grants), len(d.renewals), len(d.preemptions),
+             len(d.reserved_gpus), latency, "" if mode == "enforce" else " [observe: nothing applied]")  # fmt: skip
     recs = d.apps
     for aid, rec in recs.items():
         if reasons.holds_gpus_idle(rec.reservation):
             log.info("%sreserve app=%s: %s", verb, aid, reasons.reservation(rec.reservation))
     for g in d.grants:
         rec = recs.get(g.app_id)
-        log.info(
-            "%sgrant app=%s job=%s gpus=%d nodes=%s planned_level=%s lease_until=%s reason=%s: %s",
-            verb,
-            g.app_id,
-            g.job_id,
-            len(g.gpus),
-            nodes_text(g.nodes),
-            g.level,
-            _t(g.lease_expiry),
-            g.source,
-            reasons.app_record(rec, knob) if rec else "",
-        )
+        log.info("%sgrant app=%s job=%s gpus=%d nodes=%s planned_level=%s lease_until=%s reason=%s: %s", verb,
+                 g.app_id, g.job_id, len(g.gpus), nodes_text(g.nodes), g.level, _t(g.lease_expiry), g.source,
+                 reasons.app_record(rec, knob) if rec else "")  # fmt: skip
     for r in d.renewals:
-        log.info(
-            "%srenew app=%s job=%s gpus=%d lease_until=%s reason=%s",
-            verb,
-            r.app_id,
-            r.job_id,
-            len(r.gpus),
-            _t(r.lease_expiry),
-            reasons.renewal(r),
-        )
+        log.info("%srenew app=%s job=%s gpus=%d lease_until=%s reason=%s", verb, r.app_id, r.job_id,
+                 len(r.gpus), _t(r.lease_expiry), reasons.renewal(r))  # fmt: skip
     for p in d.preemptions:
         rec = recs.get(p.app_id)
-        log.info(
-            "%spreempt app=%s job=%s gpus=%d reason=%s (rho %.3f)",
-            verb,
-            p.app_id,
-            p.job_id,
-            len(p.gpus),
-            reasons.preemption_cause(p.cause),
-            rec.rho_before if rec else float("nan"),
-        )
+        log.info("%spreempt app=%s job=%s gpus=%d reason=%s (rho %.3f)", verb, p.app_id, p.job_id,
+                 len(p.gpus), reasons.preemption_cause(p.cause), rec.rho_before if rec else float("nan"))  # fmt: skip
 
 
 def count_round(m: Metrics, d: Decision, mode: str, latency: float) -> None:
