@@ -9,6 +9,7 @@ same typed rows and apply the same rules:
     store.py        the read-write database (themisd); opening.py opens it without ever starting silently
                     on empty or damaged state; disk.py keeps its files private and names a failing disk
     reader.py       the read-only view (the status API, `themis`)
+    errors.py       why the state cannot be used, in one line naming the file and the way out
     record.py       one round's Decision into the audit log, in one transaction
     held.py         the GPUs held for granted jobs Slurm does not run yet
     jobs.py         the core's Job of a managed job and its row
