@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any, NamedTuple, TypeVar
 
@@ -196,40 +196,27 @@ class DecisionRow:
         **columns: Any,
     ) -> DecisionRow:
         """A new row; `record` (the app's AppRecord) fills the record's columns. Non-finite numbers become
-        None; `cause` and `source` are stored as their strings."""
-        row = cls(round_id, time, app_key, job_id, action, **columns)
-        typed: dict[str, Any] = {k: finite(getattr(row, k)) for k in _FINITE}
-        typed.update(
-            cause=None if row.cause is None else str(row.cause),
-            source=None if row.source is None else str(row.source),
-        )
+        None; `cause` and `source` are stored as their strings. (Built once, without dataclasses.replace: a
+        round over a full cluster writes a row per job.)"""
+        for k in _FINITE:
+            if k in columns:
+                columns[k] = finite(columns[k])
+        for k in ("cause", "source"):
+            if columns.get(k) is not None:
+                columns[k] = str(columns[k])
         if record is not None:
-            typed.update(
-                outcome=str(record.outcome),
-                rank=record.rank,
-                ranked=record.ranked,
-                bid=int(record.bid),
-                won_gpus=record.won_gpus,
-                kept_gpus=record.kept_gpus,
-                kept_by=str(record.kept_by),
-                leftover_gpus=record.leftover_gpus,
-            )
+            columns.update(outcome=str(record.outcome), rank=record.rank, ranked=record.ranked, bid=int(record.bid),
+                           won_gpus=record.won_gpus, kept_gpus=record.kept_gpus, kept_by=str(record.kept_by),
+                           leftover_gpus=record.leftover_gpus)  # fmt: skip
             if record.tenant:
-                typed.update(
-                    tenant=record.tenant,
-                    tenant_quota=finite(record.tenant_quota),
-                    tenant_gpus=record.tenant_gpus,
-                )
+                columns.update(tenant=record.tenant, tenant_quota=finite(record.tenant_quota),
+                               tenant_gpus=record.tenant_gpus)  # fmt: skip
             note = record.reservation
             if note is not None:
-                typed.update(
-                    reservation_job=note.job_id,
-                    reservation_gpus=note.gpus,
-                    reservation_held=note.held,
-                    reservation_start_in_s=finite(note.start_in_s),
-                    reservation_started=int(note.started),
-                )
-        return replace(row, **typed)
+                columns.update(reservation_job=note.job_id, reservation_gpus=note.gpus, reservation_held=note.held,
+                               reservation_start_in_s=finite(note.start_in_s),
+                               reservation_started=int(note.started))  # fmt: skip
+        return cls(round_id, time, app_key, job_id, action, **columns)
 
 
 _FINITE = ("rho_before", "rho_after", "lease_expiry", "cut_s")
@@ -288,17 +275,23 @@ class StoredTenancy(NamedTuple):
 
 # ---------------------------------------------------------------------------------------------- SQL form
 R = TypeVar("R")
-_JSON_IN = {"planned_nodes", "planned_gpus", "nodes", "tenant"}
 
 
-def _decode(name: str, value: Any) -> Any:
-    if name == "planned_nodes":
-        return {str(k): int(v) for k, v in json.loads(value or "{}").items()}
-    if name == "planned_gpus":
-        return frozenset(int(g) for g in json.loads(value or "[]"))
-    if name == "nodes":
-        return {str(k): int(v) for k, v in json.loads(value).items()} if value else None
-    return entity_from_json(value) if value else None  # tenant
+def _entity(value: str | None) -> Entity | None:
+    return entity_from_json(value) if value else None
+
+
+def _nodes(value: str | None) -> dict[str, int] | None:
+    return {str(k): int(v) for k, v in json.loads(value).items()} if value else None
+
+
+#: How each JSON column is read back.
+_DECODE: dict[str, Callable[[Any], Any]] = {
+    "planned_nodes": lambda v: _nodes(v) or {},
+    "planned_gpus": lambda v: frozenset(int(g) for g in json.loads(v or "[]")),
+    "nodes": _nodes,
+    "tenant": _entity,
+}
 
 
 def rows_of(cls: type[R], cursor: sqlite3.Cursor) -> list[R]:
@@ -310,10 +303,15 @@ def rows_from(cls: type[R], columns: Sequence[str], rows: Iterable[Sequence[Any]
     """`rows` (of these `columns`) as `cls`: the columns it has and `cls` knows, JSON columns decoded (a column
     an older schema lacks takes its default; a column `cls` does not know, such as a join's, is left out)."""
     known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-    take = [(i, c) for i, c in enumerate(columns) if c in known]
+    names = list(columns)
+    every = all(c in known for c in names)
+    take = [(i, c) for i, c in enumerate(names) if c in known]
+    decode = [(c, _DECODE[c]) for _, c in take if c in _DECODE]
     out = []
-    for r in rows:
-        values = {c: (_decode(c, r[i]) if c in _JSON_IN else r[i]) for i, c in take}
+    for r in rows:  # read every cycle (all jobs): one dict per row, then only the JSON columns touched
+        values = dict(zip(names, r, strict=True)) if every else {c: r[i] for i, c in take}
+        for c, fn in decode:
+            values[c] = fn(values[c])
         out.append(cls(**values))
     return out
 
@@ -331,12 +329,13 @@ def app_columns(row: AppRow) -> dict[str, Any]:
     return {k: getattr(row, k) for k in APP_FIELDS}
 
 
-def decision_columns(row: DecisionRow) -> dict[str, Any]:
-    """A new DecisionRow as its table's columns (`id` is the database's)."""
-    d = {k: getattr(row, k) for k in DECISION_FIELDS}
-    d["nodes"] = json.dumps(dict(row.nodes)) if row.nodes is not None else None
-    d["tenant"] = entity_json(row.tenant) if row.tenant else None
-    return d
+def decision_columns(row: DecisionRow) -> tuple[Any, ...]:
+    """A new DecisionRow as its table's columns, in DECISION_FIELDS order (`id` is the database's)."""
+    nodes = json.dumps(dict(row.nodes)) if row.nodes is not None else None
+    tenant = entity_json(row.tenant) if row.tenant else None
+    return tuple(
+        nodes if k == "nodes" else tenant if k == "tenant" else getattr(row, k) for k in DECISION_FIELDS
+    )
 
 
 JOB_FIELDS = tuple(f.name for f in fields(JobRow))
