@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from themis_slurm.api.wire import GPU_STATES  # noqa: F401 (re-exported: views and tests use it here)
 from themis_slurm.slurm.model import AdapterConfig, Snapshot
 
 SnapshotSource = Callable[[], Snapshot | None]
@@ -67,11 +68,6 @@ class GpuState:
     rack: str
     state: str  # free | starting | leased | unmanaged | unavailable
     job: str | None = None
-
-
-#: "starting": granted to a job Slurm has not started yet (not "reserved": that word is the core's, for GPUs
-#: held idle for a wide gang, core/reservation.py)
-GPU_STATES = ("free", "starting", "leased", "unmanaged", "unavailable")
 
 
 def gpu_states(snap: Snapshot, starting: Mapping[str, Iterable[int]]) -> list[GpuState]:

@@ -42,17 +42,19 @@ from themis_slurm.api import views
 from themis_slurm.api.auth import Authenticator, Decoder, unmunge_decoder, user_name
 from themis_slurm.api.cluster import CachedSnapshot, SnapshotSource
 from themis_slurm.api.slurmconf import SlurmConfInfo, read_slurm_conf
+from themis_slurm.api.wire import (  # noqa: F401 (DEFAULT_LISTEN: re-exported by the api package)
+    DEFAULT_BACKLOG,
+    DEFAULT_LISTEN,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_TIMEOUT_S,
+    DEFAULT_WORKERS,
+    DEFAULT_WRITE_TIMEOUT_S,
+)
 from themis_slurm.state.errors import StateUnavailable
 from themis_slurm.state.reader import StateFactory, reader_factory
 from themis_slurm.state.round_input import RoundTerms
 
 log = logging.getLogger("themis.api")
-DEFAULT_LISTEN = "127.0.0.1:8787"
-DEFAULT_WORKERS = 16  # threads that build and send responses
-DEFAULT_BACKLOG = 256  # listen() backlog (the kernel caps it at net.core.somaxconn)
-DEFAULT_TIMEOUT_S = 5.0  # for the whole request head, from accept()
-DEFAULT_WRITE_TIMEOUT_S = 30.0  # for sending one response
-DEFAULT_MAX_CONNECTIONS = 512  # open at once (reading, queued or being answered); stays under 1024 files
 MAX_HEAD_BYTES = 64 * 1024  # request line + headers; larger heads get 431
 
 

@@ -15,6 +15,11 @@ damaged); a database that does not exist (a login node) is not mentioned.
 The config file is read by themisd's own loader (``daemon.config.load_for_client``: the same checks and
 defaults), except that keys this version does not know are ignored: a client must keep working against a
 daemon config that has keys it does not know yet; ``themis config check`` is the strict validator.
+
+Imports: a query over HTTP needs this module, the munge helpers (api.auth) and slurm.conf's munge socket
+(api.slurmconf); the config loader is imported only when there is a config file, and the views, the state
+database and the lease terms only when the database stands in for the API. `themis status` runs in
+`watch` loops: tests/unit/cli/test_imports.py keeps the rest out (#36 item 2).
 """
 
 from __future__ import annotations
@@ -27,19 +32,18 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
-from themis_slurm.api import views
-from themis_slurm.api.auth import AUTH_SCHEME, AuthError, encode_credential, local_identity
-from themis_slurm.api.cluster import CachedSnapshot
+from themis_slurm.api.auth import AUTH_SCHEME, AuthError, encode_credential
 from themis_slurm.api.slurmconf import read_slurm_conf
-from themis_slurm.daemon.config import DEFAULT_PATH, ApiConfig, Config, ConfigError, load_for_client
-from themis_slurm.state.errors import StateMissing, StateUnavailable
-from themis_slurm.state.reader import StateReader, connect_ro
-from themis_slurm.state.round_input import RoundTerms
+from themis_slurm.api.wire import DEFAULT_LISTEN
 
-DEFAULT_CONFIG = DEFAULT_PATH
+if TYPE_CHECKING:
+    from themis_slurm.daemon.config import Config
+    from themis_slurm.state.round_input import RoundTerms
+
+DEFAULT_CONFIG = Path("/etc/themis/themis.yaml")  # daemon.config.DEFAULT_PATH (a test checks they agree)
 TIMEOUT_S = 10.0
 CHECK_SERVICE = "is the service running? (systemctl status themisd)"
 
@@ -54,11 +58,30 @@ class Settings:
 
     url: str
     url_given: bool = False
-    db_path: Path = Config().db_path
-    slurm_conf: str | None = None
-    partitions: tuple[str, ...] = ("gpu",)
     notes: tuple[str, ...] = field(default_factory=tuple)
-    config: Config = field(default_factory=Config)  # the whole file, as themisd reads it
+    #: the whole file, as themisd reads it; None: no file here (a login node), themisd's defaults apply
+    file_config: Config | None = None
+
+    @property
+    def config(self) -> Config:
+        if self.file_config is not None:
+            return self.file_config
+        from themis_slurm.daemon.config import Config  # only where a default is asked for (the database path)
+
+        return Config()
+
+    @property
+    def db_path(self) -> Path:
+        return self.config.db_path
+
+    @property
+    def slurm_conf(self) -> str | None:
+        """slurm.conf as the config names it; None: Slurm's own default ($SLURM_CONF or /etc/slurm)."""
+        return self.file_config.slurm.slurm_conf or None if self.file_config is not None else None
+
+    @property
+    def partitions(self) -> tuple[str, ...]:
+        return self.config.slurm.partitions
 
     def round_terms(self) -> RoundTerms:
         """The lease terms of this config, from which the API views make each app's T_id and T_sh."""
@@ -77,13 +100,15 @@ def load_settings(config: Path | None, url: str | None) -> Settings:
     """Settings from --config/--url, through themisd's own loader (daemon/config.py: same YAML, checks and
     defaults). An explicit --config that cannot be used is an error; the default file may be absent."""
     path = config or Path(os.environ.get("THEMISD_CONFIG", DEFAULT_CONFIG))
-    cfg = Config()
+    cfg: Config | None = None
     notes: list[str] = []
     if not _present(path):
         if config is not None:
             raise CliError(f"config file {path} does not exist (give the right --config, or --url)")
         # a login node without the daemon's file: the defaults
     else:
+        from themis_slurm.daemon.config import ConfigError, load_for_client
+
         try:
             cfg, ignored = load_for_client(path)
             notes += ignored
@@ -91,16 +116,10 @@ def load_settings(config: Path | None, url: str | None) -> Settings:
             if config is not None:
                 raise CliError(str(e)) from None
             notes.append(f"ignored {e}")
-    listen = cfg.api.listen or ApiConfig.listen  # the API off in the file: still try the default address
-    return Settings(
-        url=(url or _url_of(listen)).rstrip("/"),
-        url_given=url is not None,
-        db_path=cfg.db_path,
-        slurm_conf=cfg.slurm.slurm_conf or None,
-        partitions=cfg.slurm.partitions,
-        notes=tuple(notes),
-        config=cfg,
-    )
+    # the API off in the file (listen ""): still try the default address
+    listen = (cfg.api.listen if cfg is not None else "") or DEFAULT_LISTEN
+    return Settings(url=(url or _url_of(listen)).rstrip("/"), url_given=url is not None, notes=tuple(notes),
+                    file_config=cfg)
 
 
 def _present(path: Path) -> bool:
@@ -160,6 +179,12 @@ class Client:
     def _local(self, path: str, query: Mapping[str, str], why: str) -> dict[str, Any]:
         """The views in-process over the database (read-only) and one Slurm snapshot; when the database
         cannot stand in for the API either, one error naming both."""
+        from themis_slurm.api import views
+        from themis_slurm.api.auth import local_identity
+        from themis_slurm.api.cluster import CachedSnapshot
+        from themis_slurm.state.errors import StateMissing, StateUnavailable
+        from themis_slurm.state.reader import StateReader, connect_ro
+
         try:
             db = connect_ro(self.s.db_path)
         except StateMissing:  # not the controller: the API is the only way, no need to talk of files

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from themis_slurm.api.cluster import GPU_STATES
+from themis_slurm.api.wire import GPU_STATES
 from themis_slurm.cli.client import Client, CliError
 from themis_slurm.cli.common import (
     NO_H_HELP,

@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 from api import world
 
-from themis_slurm.cli import client as client_mod
 from themis_slurm.cli.client import Client, CliError, load_settings
 from themis_slurm.state import reader as db_mod
 
@@ -136,7 +135,8 @@ def test_damaged_database(run: Run, tmp_path: Path) -> None:
 
 
 def test_locked_database(run: Run, db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(client_mod, "connect_ro", functools.partial(db_mod.connect_ro, timeout=0.1))
+    # the client imports connect_ro from state.reader when the database stands in (only then): patch it there
+    monkeypatch.setattr(db_mod, "connect_ro", functools.partial(db_mod.connect_ro, timeout=0.1))
     with closing(sqlite3.connect(db, isolation_level=None)) as holder:
         holder.execute("PRAGMA locking_mode = EXCLUSIVE")
         holder.execute("BEGIN EXCLUSIVE")
