@@ -52,7 +52,7 @@ COMMANDS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 #: The annotated themis.yaml a site installs: `status` once more with it as the config file (read by
 #: themisd's own loader, which brings in the core's configuration types).
-SHIPPED_YAML = REPO / "daemon" / "themis.yaml"
+SHIPPED_YAML = REPO / "themis_slurm" / "site" / "themis.yaml"
 
 
 def world_server(tmp: Path) -> Any:

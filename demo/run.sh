@@ -181,7 +181,7 @@ Where to look next:
   $themis explain $first            why a job ran or waited (its rounds, bids, hidden payment, lease)
   $themis apps --all / jobs / topology
   $DEMO_DIR/themisd.log          themisd's decisions, one line each
-  http://127.0.0.1:$METRICS_PORT/metrics   Prometheus metrics (Grafana: docs/grafana-dashboard.json)
+  http://127.0.0.1:$METRICS_PORT/metrics   Prometheus metrics (Grafana: themis_slurm/site/grafana-dashboard.json)
   http://127.0.0.1:$API_PORT/v1/cluster  the status API (read-only JSON)
   $jobs/*.out      the jobs' output: checkpoints, SIGUSR1 warnings, resumes
   (export THEMISD_CONFIG=$DEMO_DIR/themis.yaml SLURM_CONF=$SLURM_CONF to use these commands)

@@ -1,4 +1,4 @@
-"""The SPANK plugin on the real cluster: `sbatch --themis-*` (slurm_conf/spank, installed by cluster.sh).
+"""The SPANK plugin on the real cluster: `sbatch --themis-*` (themis_slurm/site/spank, installed by cluster.sh).
 
 * each option, on the command line, in #SBATCH lines and from SBATCH_THEMIS_*, reaches the trusted
   AdminComment record; the command line wins over #SBATCH, which wins over the environment;

@@ -1,4 +1,4 @@
-"""systemd/themisd.service, checked by systemd itself: `systemd-analyze verify` is clean and `systemd-analyze
+"""themis_slurm/site/systemd/themisd.service, checked by systemd itself: `systemd-analyze verify` is clean and `systemd-analyze
 security --offline=yes` rates the exposure 3.0 or less (issue 10). Skipped where systemd-analyze is absent
 (apt-get install systemd provides it; PID 1 need not be systemd)."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-UNIT = Path(__file__).resolve().parents[2] / "systemd" / "themisd.service"
+UNIT = Path(__file__).resolve().parents[2] / "themis_slurm" / "site" / "systemd" / "themisd.service"
 BINARY = "/usr/bin/themisd"
 MAX_EXPOSURE = 3.0
 ANALYZE = shutil.which("systemd-analyze")

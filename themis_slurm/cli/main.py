@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "progress": ("themis_slurm.cli.progress", "progress", "Report that this job has done FRACTION..."),
     "config": ("themis_slurm.cli.config_check", "config", "themisd's configuration file."),
     "gres-conf": ("themis_slurm.cli.gres_conf", "gres_conf", "Print gres.conf GPU lines for this node..."),
+    "site-files": ("themis_slurm.cli.site_files", "site_files", "Write the files a site installs (config,..."),
     "simulate": ("themis_slurm.cli.simulate", "simulate", "Simulate scheduling policies and report..."),
     "serve-api": ("themis_slurm.cli.serve_api", "serve_api", "Serve themisd's status API (read-only)..."),
 }

@@ -3,7 +3,7 @@
 Admins edit this file by hand and reload it with SIGHUP, so validation is strict and talkative: every
 error names the file, the key (dotted path), the value and what is accepted, unknown keys are rejected by
 name (a typo must not silently fall back to a default), and the whole file is checked before anything is
-used, so a bad reload keeps the previous configuration in force. daemon/themis.yaml is the annotated
+used, so a bad reload keeps the previous configuration in force. themis_slurm/site/themis.yaml is the annotated
 example; docs/admin-guide.md has the reference.
 
 This module is the one loader of themis.yaml: themisd uses :func:`load`, the `themis` CLI and the
@@ -11,7 +11,7 @@ standalone API :func:`load_for_client` (the same checks and defaults, minus unkn
 read by :func:`safe_load`, PyYAML's safe loader with two
 fixes: a key given twice in one mapping is an error naming both lines (YAML 1.1 would silently keep the
 last), and ``1e9``, ``1e-3``, ``5E2``, ``1.5e3`` are numbers (YAML 1.1 reads them as strings). Every
-interval and duration has a lower bound (:data:`BOUNDS`, documented in daemon/themis.yaml): a value that
+interval and duration has a lower bound (:data:`BOUNDS`, documented in themis_slurm/site/themis.yaml): a value that
 parses but makes no sense (``poll_interval_s: 1e-6``) is refused, not run.
 """
 
@@ -98,7 +98,7 @@ class SchedulerConfig:
     """Themis's knobs: lease length, preemption timing, and every knob of the core's ArbiterConfig.
 
     The arbiter's knobs default to :class:`~themis_slurm.core.arbiter.ArbiterConfig`'s own values (never
-    repeated here); the shipped daemon/themis.yaml sets ``restart_cost_s: 60`` for a Slurm site (a
+    repeated here); the shipped themis_slurm/site/themis.yaml sets ``restart_cost_s: 60`` for a Slurm site (a
     requeue through the controller costs more than the core's 30 s).
     """
 

@@ -1,14 +1,14 @@
 """The one definition of the Themis job options a user gives at submit, and the files generated from it.
 
 A user gives the same four options in two ways: ``sbatch --themis-app=bert --themis-est=6h`` (the SPANK
-plugin in slurm_conf/spank/) or ``sbatch --comment=themis:app=bert,est=6h`` (job_submit.lua, for sites
+plugin in themis_slurm/site/spank/) or ``sbatch --comment=themis:app=bert,est=6h`` (job_submit.lua, for sites
 without the plugin). Three programs check them: the plugin at the client (an early, friendly error),
 job_submit.lua in slurmctld (the authority: a user can always run a client without the plugin) and the
 documentation that tells users what is accepted. They must agree, so the grammar lives here once and
 ``python -m themis_slurm.slurm.option_grammar --write`` renders it into
 
-* ``slurm_conf/spank/themis_grammar.h``  (the plugin's tables and messages),
-* the block between ``GENERATED GRAMMAR`` markers in ``slurm_conf/job_submit.lua``,
+* ``themis_slurm/site/spank/themis_grammar.h``  (the plugin's tables and messages),
+* the block between ``GENERATED GRAMMAR`` markers in ``themis_slurm/site/slurm/job_submit.lua``,
 * the table between ``GENERATED GRAMMAR`` markers in ``docs/user-guide.md``;
 
 ``--check`` (run by the unit tests) fails when any of them is stale. The duration syntax is code in both
@@ -72,8 +72,9 @@ EXCLUSIVE = ("model", "sens")
 SPANK_ENV_NAME = "THEMIS_OPTIONS"
 
 REPO = Path(__file__).resolve().parents[2]
-HEADER = REPO / "slurm_conf" / "spank" / "themis_grammar.h"
-LUA = REPO / "slurm_conf" / "job_submit.lua"
+SITE = REPO / "themis_slurm" / "site"  # the site files, package data (themis site-files writes them out)
+HEADER = SITE / "spank" / "themis_grammar.h"
+LUA = SITE / "slurm" / "job_submit.lua"
 GUIDE = REPO / "docs" / "user-guide.md"
 BEGIN, END = "BEGIN GENERATED GRAMMAR", "END GENERATED GRAMMAR"
 _NOTE = "generated from themis_slurm/slurm/option_grammar.py (python -m themis_slurm.slurm.option_grammar " \

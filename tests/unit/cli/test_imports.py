@@ -21,7 +21,7 @@ from themis_slurm.cli import client
 from themis_slurm.daemon import config
 
 REPO = Path(__file__).resolve().parents[3]
-SHIPPED_YAML = REPO / "daemon" / "themis.yaml"
+SHIPPED_YAML = REPO / "themis_slurm" / "site" / "themis.yaml"
 
 #: Never imported by a query over HTTP, with or without a config file.
 HEAVY = (

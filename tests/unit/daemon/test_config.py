@@ -16,7 +16,7 @@ from themis_slurm.daemon.config import BOUNDS, Config, ConfigError, load, parse,
 from themis_slurm.daemon.main import cli
 from themis_slurm.daemon.service import Service
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "daemon" / "themis.yaml"
+EXAMPLE = Path(__file__).resolve().parents[3] / "themis_slurm" / "site" / "themis.yaml"
 
 
 @pytest.mark.parametrize(("doc", "message"), [

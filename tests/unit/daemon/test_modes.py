@@ -18,7 +18,7 @@ from .conftest import daemon_config, run
 from .fake_slurm import FakeSlurm
 
 REPO = Path(__file__).resolve().parents[3]
-LUA_CONF = REPO / "slurm_conf" / "themis_job_submit.conf.lua"
+LUA_CONF = REPO / "themis_slurm" / "site" / "slurm" / "themis_job_submit.conf.lua"
 
 
 def test_observe_mode_records_decisions_and_touches_nothing(

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from themis_slurm.daemon.config import Config, ConfigError, TenancyConfig, load, parse
 from themis_slurm.daemon.main import cli
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "daemon" / "themis.yaml"
+EXAMPLE = Path(__file__).resolve().parents[3] / "themis_slurm" / "site" / "themis.yaml"
 
 
 def test_defaults_are_the_account_tree_and_five_minutes() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPTS = [Path(__file__).resolve().parents[3] / "slurm_conf" / name
+SCRIPTS = [Path(__file__).resolve().parents[3] / "themis_slurm" / "site" / "slurm" / name
            for name in ("job_submit.lua", "themis_job_submit.conf.lua")]
 
 

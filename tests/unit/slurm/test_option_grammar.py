@@ -23,8 +23,8 @@ from themis_slurm.slurm import option_grammar
 from .option_cases import CASES, COMMENT_UNSAFE
 
 REPO = Path(__file__).resolve().parents[3]
-SPANK = REPO / "slurm_conf" / "spank"
-LUA_SCRIPT = REPO / "slurm_conf" / "job_submit.lua"
+SPANK = REPO / "themis_slurm" / "site" / "spank"
+LUA_SCRIPT = REPO / "themis_slurm" / "site" / "slurm" / "job_submit.lua"
 HARNESS = Path(__file__).with_name("lua_harness.lua")
 HEADERS = {"22.05": Path("/usr/include"), "25.11": Path("/opt/slurm-25.11/include")}
 

@@ -16,7 +16,7 @@
  * errors and proper option syntax. Nothing runs in the remote (slurmstepd), slurmd or prolog contexts
  * beyond registering the options, so the plugin is harmless on compute nodes.
  *
- * Build: make -C slurm_conf/spank (see the Makefile); install with a plugstack.conf line such as
+ * Build: make -C spank (see the Makefile); install with a plugstack.conf line such as
  *   required /usr/local/lib/slurm/spank_themis.so
  * ("required": Slurm ignores what an optional plugin's slurm_spank_init_post_opt returns, and that is where
  * bad environment values and --themis-model with --themis-sens are refused.)

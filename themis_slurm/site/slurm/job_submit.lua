@@ -9,7 +9,7 @@ WHAT IT DOES
 
   At submit (slurm_job_submit), for a job that asks for GPUs in a managed partition (config below):
     * its Themis options are checked: given as  sbatch --themis-app=... --themis-est=...  (the SPANK plugin
-      in slurm_conf/spank, which checks them at the client too and passes them here in spank_job_env as
+      in spank/ of the site files, which checks them at the client too and passes them here in spank_job_env as
       THEMIS_OPTIONS=key=value,...) or, without the plugin, in --comment as  themis:key=value,...  ; a bad
       option REJECTS the submission with a message that names the option, the value and what is accepted.
       This check is the authority: any user can run a client without the plugin's checks. Options given
@@ -54,7 +54,7 @@ between the GENERATED GRAMMAR markers below, the plugin's header and docs/user-g
 
 INSTALL
   Copy this file and themis_job_submit.conf.lua next to slurm.conf (e.g. /etc/slurm/), set
-  JobSubmitPlugins=lua in slurm.conf and `scontrol reconfigure` (see examples/slurm.conf.snippet).
+  JobSubmitPlugins=lua in slurm.conf and `scontrol reconfigure` (see slurm.conf.snippet beside this file).
   slurmctld reloads this script by itself when its mtime changes (an edit in the same second as the last
   load can go unnoticed: touch the file again). A script that fails to load keeps the previous one running.
 
@@ -395,7 +395,7 @@ local function parse_comment(comment)
   return parse_options(s:sub(#COMMENT_PREFIX + 1):match("^([^;]*)"), "comment")  -- free text after ';'
 end
 
--- The options the SPANK plugin (slurm_conf/spank) passed in spank_job_env as THEMIS_OPTIONS=<options>
+-- The options the SPANK plugin (spank/ of the site files) passed in spank_job_env as THEMIS_OPTIONS=<options>
 -- (slurmctld may show it prefixed SPANK_). Same returns as parse_comment. The plugin checked them at the
 -- client, but any client can send any spank_job_env: they are checked again here, as strictly.
 local function parse_spank_env(env)
