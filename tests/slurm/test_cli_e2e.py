@@ -166,6 +166,9 @@ def test_cli_installed_as_documented_works_for_every_user(cluster: Cluster, worl
                              timeout=900, check=False)
         assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
         themis_bin = str(prefix / "bin" / "themis")
+        # the installed wheel carried the site files (package data), written where the guide says
+        for rel in ("themis.yaml", "systemd/themisd.service", "slurm/job_submit.lua", "spank/themis-spank-build"):
+            assert (prefix / "site" / rel).is_file(), rel
         env = dict(cluster.env, THEMISD_CONFIG="/nonexistent.yaml")
         out = cluster.run([themis_bin, "status", "--url", srv.url], user=ALICE)
         assert out.returncode == 0 and f"{ALICE}/e2e" in out.stdout, out.stderr
@@ -183,11 +186,12 @@ def test_cli_installed_as_documented_works_for_every_user(cluster: Cluster, worl
 # package source filled in (the test installs from this checkout, the guide from PyPI). Keep them in step:
 # test_install_lines_match_the_admin_guide checks it.
 INSTALL_LINES = ("umask 022 && /usr/bin/python3 -m venv {prefix} && {prefix}/bin/pip install -q {repo} "
-                 "&& chmod -R a+rX {prefix}")
+                 "&& chmod -R a+rX {prefix} && {prefix}/bin/themis site-files --dest {prefix}/site")
 
 
 def test_install_lines_match_the_admin_guide() -> None:
     guide = (REPO / "docs" / "admin-guide.md").read_text()
     for line in ("umask 022", "/usr/bin/python3 -m venv /opt/themis", "/opt/themis/bin/pip install themis-slurm",
-                 "chmod -R a+rX /opt/themis", "ln -s /opt/themis/bin/themis /usr/bin/themis"):
+                 "chmod -R a+rX /opt/themis", "ln -s /opt/themis/bin/themis /usr/bin/themis",
+                 "/opt/themis/bin/themis site-files --dest /opt/themis/site"):
         assert line in guide, line
