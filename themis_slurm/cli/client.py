@@ -77,7 +77,9 @@ class Settings:
     @property
     def slurm_conf(self) -> str | None:
         """slurm.conf as the config names it; None: Slurm's own default ($SLURM_CONF or /etc/slurm)."""
-        return self.file_config.slurm.slurm_conf or None if self.file_config is not None else None
+        if self.file_config is None:
+            return None
+        return self.file_config.slurm.slurm_conf or None
 
     @property
     def partitions(self) -> tuple[str, ...]:
