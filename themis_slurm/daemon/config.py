@@ -22,13 +22,15 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from themis_slurm.core.arbiter import LEFTOVER_ORDERS, SOLVERS, ArbiterConfig
 from themis_slurm.core.calibration import CalibrationConfig
-from themis_slurm.state.round_input import RoundTerms
+
+if TYPE_CHECKING:  # the CLI loads this module to read a config file; it needs no round input
+    from themis_slurm.state.round_input import RoundTerms
 
 DEFAULT_PATH = Path("/etc/themis/themis.yaml")
 MODES = ("enforce", "observe")
@@ -270,6 +272,8 @@ class Config:
     @property
     def round_terms(self) -> RoundTerms:
         """What the round's input and the status API's finish-time estimates read of this config."""
+        from themis_slurm.state.round_input import RoundTerms
+
         s = self.scheduler
         return RoundTerms(self.mode == "enforce", s.lease_s, s.min_runtime_s, s.idle_throughput)
 
