@@ -1,0 +1,1 @@
+../themis_slurm/site/slurm/job_submit.lua

@@ -1,0 +1,1 @@
+../themis_slurm/site/slurm/themis_job_submit.conf.lua
