@@ -29,6 +29,15 @@ fi
 
 "$venv/bin/ruff" check .
 
+# --- the ML environment of the training-example tests (tests/slurm/test_training_e2e.py, marker `ml`) ---
+# torch (CPU build), lightning and submitit in an environment of their own, never in .venv (tests/ml-env.sh
+# says why and what it costs: about 25 s and 1 GB); only when real-cluster tests run. THEMIS_ML=0 leaves it
+# out; those tests then skip, saying why.
+if [ "${THEMIS_SKIP_SLURM:-0}" != 1 ] && [ "${THEMIS_ML:-1}" != 0 ]; then
+  tests/ml-env.sh || echo "tests/run.sh: tests/ml-env.sh failed: the ML tests will skip" >&2
+fi
+# --- end of the ML environment ---
+
 read -r -a versions <<<"${THEMIS_SLURM_VERSIONS:-22.05 25.11}"
 # Two GPU generations, as most sites have: node1-2 a100, node3-4 h100 (typed jobs must land on their type)
 types=${THEMIS_CLUSTER_TYPES:-a100,a100,h100,h100}
@@ -78,7 +87,8 @@ logs=()
 # Slurm, so four clusters side by side take about half the wall time of two. THEMIS_TEST_SPLIT=0: one cluster
 # per version, as before. Each pass: "VERSION DIR PORT WHAT" (WHAT: all, rest or long).
 long_files=(tests/slurm/test_reliability_e2e.py tests/slurm/test_demo.py tests/slurm/test_constraints_e2e.py
-            tests/slurm/test_calibration_e2e.py tests/slurm/test_estimate_gaming_e2e.py tests/slurm/test_spank.py)
+            tests/slurm/test_calibration_e2e.py tests/slurm/test_estimate_gaming_e2e.py tests/slurm/test_spank.py
+            tests/slurm/test_training_e2e.py)
 split=0
 if [ $# -eq 0 ] && [ "${THEMIS_SKIP_SLURM:-0}" != 1 ] && [ "${THEMIS_TEST_SPLIT:-1}" != 0 ]; then split=1; fi
 ignore=()

@@ -144,16 +144,16 @@ def daemon_dir(tmp_path: Path, cluster: Cluster) -> Iterator[Path]:
 
 
 def write_config(tmp: Path, cluster: Cluster, mode: str = "enforce", backend: str = "cli", scheduler: str = "",
-                 estimates_extra: str = "", **extra: str) -> Path:
+                 estimates_extra: str = "", grace_s: float = 3, **extra: str) -> Path:
     """themisd's config for these tests; `scheduler` and `estimates_extra`: more lines of those sections
-    ("  key: value\n")."""
+    ("  key: value\n"); `grace_s`: the warning's grace (real trainers need more than ckpt_job.sh's 3 s)."""
     lua = tmp / "themis_job_submit.conf.lua"  # a copy: handback must not switch the shared cluster off
     lua.write_text((cluster.dir / "etc" / "themis_job_submit.conf.lua").read_text())
     extra.setdefault("failopen", f"{{heartbeat_file: {tmp / 'heartbeat'}}}")  # not the shared cluster's
     cfg = tmp / "themis.yaml"
     cfg.write_text(
         f"mode: {mode}\npoll_interval_s: 1\nstate_dir: {tmp / 'state'}\nlog_level: info\n"
-        f"scheduler:\n  lease_minutes: {LEASE_S / 60}\n  grace_s: 3\n  min_runtime_s: 0\n  restart_cost_s: 3\n"
+        f"scheduler:\n  lease_minutes: {LEASE_S / 60}\n  grace_s: {grace_s:g}\n  min_runtime_s: 0\n  restart_cost_s: 3\n"
         f"  release_timeout_s: 15\n{scheduler}estimates:\n  min_s: 5\n  default_s: 60\n{estimates_extra}"
         f"slurm:\n  slurm_conf: {cluster.env['SLURM_CONF']}\n  job_submit_conf: {lua}\n  backend: {backend}\n"
         "metrics:\n  listen: ''\napi:\n  listen: ''\n" + "".join(f"{k}: {v}\n" for k, v in extra.items())
