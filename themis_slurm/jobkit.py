@@ -305,15 +305,22 @@ def run_until_requeued(
         jid = job_id(env)
         if jid is not None:
             _log(f"no requeue within {requeue_after_s:g} s: requeueing job {jid} myself")
-            runner(
-                ["scontrol", "requeue", jid],
-                capture_output=True,
-                text=True,
-                timeout=SCONTROL_TIMEOUT_S,
-                check=False,
-                stdin=subprocess.DEVNULL,
-            )
-            sleep(SCONTROL_TIMEOUT_S)  # the requeue ends this process
+            try:
+                res = runner(
+                    ["scontrol", "requeue", jid],
+                    capture_output=True,
+                    text=True,
+                    timeout=SCONTROL_TIMEOUT_S,
+                    check=False,
+                    stdin=subprocess.DEVNULL,
+                )
+                failed = "" if res.returncode == 0 else (res.stderr or res.stdout or "").strip()
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                failed = str(exc)
+            if failed:
+                _log(f"scontrol requeue {jid} failed: {failed}")
+            else:
+                sleep(SCONTROL_TIMEOUT_S)  # the requeue ends this process
         _log("no requeue came: exiting")
         return Launch(returncode, True, EXIT_NOT_REQUEUED)
     finally:

@@ -310,3 +310,21 @@ def test_the_command_line(tmp_path: Path) -> None:
     assert res.returncode == 2 and "requeue_after_s=-1.0" in res.stderr
     res = run("run", "--", str(tmp_path / "missing"))
     assert res.returncode == 127 and "cannot run" in res.stderr
+
+
+def test_a_failing_self_requeue_is_logged_and_the_launcher_exits(tmp_path: Path, usr1_restored: None,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    rec = Recorder()
+
+    def no_scontrol(argv: list[str], **kwargs: Any) -> Any:
+        rec.runs.append(argv)
+        raise FileNotFoundError(2, "No such file or directory", "scontrol")
+
+    done = jobkit.run_until_requeued([sys.executable, "-c", "import os, signal; os.kill(os.getppid(), signal.SIGUSR1)"],
+                                     requeue_after_s=5, env={"SLURM_JOB_ID": "9", "PATH": os.environ["PATH"]},
+                                     sleep=rec.sleep, runner=no_scontrol, forward=None)  # fmt: skip
+    assert done == jobkit.Launch(returncode=0, warned=True, exit_status=jobkit.EXIT_NOT_REQUEUED)
+    assert rec.runs == [["scontrol", "requeue", "9"]] and rec.sleeps == [
+        5
+    ]  # no wait for a requeue never sent
+    assert "scontrol requeue 9 failed" in capsys.readouterr().err
