@@ -11,8 +11,9 @@ was cut, the final weights are bit for bit those of a run that was never interru
 
     torchrun --standalone --nproc-per-node=2 train.py --steps 200 --out /tmp/ddp   # uninterrupted, locally
 
-Replace the model, the data and `--step-seconds` (which stands for the compute of a real model) by yours;
-keep the three Themis parts: the warning checked between steps, the checkpoint and resume, the progress.
+Replace the model, the data and `--step-seconds` (which stands for the compute of a real model) by yours
+(on GPUs: ``init_process_group("nccl")``, the model and batches on ``cuda:$LOCAL_RANK``); keep the three
+Themis parts: the warning checked between steps, the checkpoint and resume, the progress.
 """
 
 from __future__ import annotations
