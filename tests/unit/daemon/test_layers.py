@@ -4,6 +4,7 @@ packages below it. No package reaches up, so there is no import cycle, hidden (i
 The order, lowest first (docs: the report of issue #13; issue #35 added state):
     core                      pure mechanism: imports no other themis_slurm package
     gc_pause                  the collector paused around a round (imports nothing of ours)
+    jobkit                    helpers for training jobs (standard library only: imports nothing of ours)
     slurm, policies, reasons  Slurm adapter; policies over the core; the one renderer of round outcomes
     tenant_levels             the account/user tree with numbers, for the API and the metrics (core)
     state                     themisd's state: schema, typed rows, intents, the store and its read-only view,
@@ -28,6 +29,7 @@ import pytest
 ALLOWED: dict[str, set[str]] = {
     "core": set(),
     "gc_pause": set(),
+    "jobkit": set(),
     "slurm": {"core"},
     "policies": {"core"},
     "reasons": {"core"},
