@@ -44,6 +44,7 @@ import heapq
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Mapping, Sequence
+from operator import itemgetter
 
 from themis_slurm.core.agent import Agent, Gang
 from themis_slurm.core.placement import Pool
@@ -67,6 +68,7 @@ PLACE_NOW = -math.inf
 TIE = 1e-12
 #: the same for lateness, in seconds
 TIE_S = 1e-9
+_FIRST = itemgetter(0)  # a sequence's first item, without a Python frame
 
 
 class KindOffers:
@@ -112,7 +114,7 @@ class AppFill:
             self.queues = [[j for j in kind if j.id not in used] for kind in kinds]
             self.heads: list[Job | None] = [q[0] if q else None for q in self.queues]
         else:
-            self.heads = [kind[0] for kind in kinds]  # an agent's kinds are never empty
+            self.heads = list(map(_FIRST, kinds))  # an agent's kinds are never empty
 
     def log_rho(self) -> float:
         """log(rho) at the app's throughput so far (kept while it is unchanged)."""
