@@ -168,6 +168,12 @@ class Agent:
         self._risk_total = sum(self._risk.values())
 
     @property
+    def plain(self) -> Mapping[str, tuple[float, float, float, float]]:
+        """The jobs the greedy fill may place by the pool's plain best fit, with their placement factors
+        (:func:`_derive`)."""
+        return self._plain
+
+    @property
     def at_risk(self) -> float:
         """The unsaved work its lease holders lose unless renewed in place (:meth:`_set_risk`)."""
         return self._risk_total
@@ -474,7 +480,7 @@ def _derive(facts: list[JobFacts], shortest_first: list[JobFacts]) -> Derived:
     no position earlier (a sum of the largest remaining works only falls): it cannot buy a place in the
     leftover, even when it moves a job out of the jobs that cannot wait. Plain jobs (no shape, not elastic,
     allowed on any node) are placed by the pool's plain best fit, which the greedy fill calls directly
-    (core/auction.py): a job restricted to some nodes must go through :meth:`Agent.place`."""
+    (core/fill.py, through :attr:`Agent.plain`): a job restricted to some nodes must go through :meth:`Agent.place`."""
     groups: dict[tuple, list[Job]] = {}
     profiles: dict[str, Profile] = {}
     plain: dict[str, tuple[float, float, float, float]] = {}

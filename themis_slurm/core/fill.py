@@ -95,7 +95,7 @@ class AppFill:
         self.agent = agent
         #: the agent's plain jobs -> their placement factors. Agent keeps them (core/agent.py, _derive) with
         #: no public accessor yet: this is the one place the fill reads them
-        self.plain: Mapping[str, Factors] = agent._plain
+        self.plain: Mapping[str, Factors] = agent.plain
         kinds = agent.kinds
         #: per kind, its jobs in bidding order (the agent's own tuples when the app holds nothing yet: most
         #: apps take nothing in a fill), the position of the next one, and that job (None: none left, or
