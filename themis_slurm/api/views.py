@@ -32,6 +32,7 @@ from themis_slurm.slurm.model import ManagedJob, Snapshot
 from themis_slurm.state.finish import finish_times
 from themis_slurm.state.held import held_for_granted
 from themis_slurm.state.intents import HELD_FOR_GRANTED, MOVING, Intent
+from themis_slurm.state.jobs import effective_ckpt, unsaved_work
 from themis_slurm.state.reader import StateReader
 from themis_slurm.state.round_input import RoundTerms
 from themis_slurm.state.rows import AppRow, DecisionRow, JobRow, StoredTenancy
@@ -181,7 +182,21 @@ def _job_doc(ctx: Context, jid: str, r: JobRow | None, m: ManagedJob | None, blo
         # where Slurm could start it (partition, GPU type, -w, -x): what a waiting job waits for
         "allowed_nodes": sorted(m.allowed_nodes) if m is not None and m.allowed_nodes is not None else None,
         "limits": m.limits if m is not None else "",
+        **_checkpoint(ctx, r, m, running),
     }
+
+
+def _checkpoint(ctx: Context, r: JobRow | None, m: ManagedJob | None, running: bool) -> Doc:
+    """How the job saves its state, who says so, and what a preemption now would throw away (GPU-s of work
+    since its last save: state/jobs.py, "checkpoints")."""
+    if m is None or r is None:
+        return {"checkpoint": None, "checkpoint_source": None, "unsaved_gpu_s": None}
+    ckpt = effective_ckpt(m, r)
+    source = "learned" if r.ckpt_learned == "yes" or r.ckpt_learned and not m.ckpt_given else \
+        "owner" if m.ckpt_given else "default"
+    saves = "warning" if ckpt is None else "never" if ckpt == math.inf else f"every {ckpt:.0f} s"
+    unsaved = unsaved_work(r, ckpt, ctx.now, r.done_service) if running else 0.0
+    return {"checkpoint": saves, "checkpoint_source": source, "unsaved_gpu_s": round(unsaved, 1)}
 
 
 def _placement(ctx: Context, m: ManagedJob) -> Doc | None:
@@ -591,7 +606,8 @@ def _past_job(ctx: Context, job_id: str) -> Doc | None:
     return {"job": job_id, "slurm_id": int(job_id.split("_")[0]), "app": app, "user": owner_of(app), "name": "",
             "partition": "", "state": "GONE", "held": None, "intent": "gone", "gpus": None, "nodes": {},
             "lease_start": None, "lease_end": None, "submit_time": None, "start_time": None, "restarts": None,
-            "progress": None, "estimate_source": "", "service_gpu_s": None, "adopted": False}
+            "progress": None, "estimate_source": "", "service_gpu_s": None, "adopted": False,
+            "checkpoint": None, "checkpoint_source": None, "unsaved_gpu_s": None}
 
 
 def explain_view(ctx: Context, job_id: str, params: Mapping[str, str]) -> Doc:

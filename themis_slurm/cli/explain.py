@@ -76,6 +76,8 @@ def render_explain(doc: dict[str, Any], opts: TableOptions) -> str:
             text += (f" ({duration(est['submitted_seconds'])}) x {est['calibration_factor']:.2f}: calibrated by "
                      "the work its user's finished jobs really did against their estimates")
         lines.append(text + (f"; {est['note']}" if est["note"] else ""))
+    if job.get("checkpoint"):
+        lines.append(_saves(job))
     lines.append(f"Placement: planned {nodes_text(place['planned']) or '-'}; granted "
                  f"{nodes_text(place['granted']) or '-'}; now {nodes_text(place['current']) or '-'}")
     if doc["rounds"]:
@@ -88,6 +90,23 @@ def render_explain(doc: dict[str, Any], opts: TableOptions) -> str:
         lines += ["", "Recent corrections:"]
         lines += [f"  {clock(e['time'])} {e['kind']}: {e['detail']}" for e in doc["events"]]
     return "\n".join(lines)
+
+
+_SAVES = {"warning": "at Themis's warning", "never": "never (a preemption loses its whole run)"}
+_SAVES_SOURCE = {"owner": "its owner's --themis-ckpt", "default": "the default"}
+_LEARNED = {"warning": "learned: its progress went on after a requeue",
+            "never": "learned: its progress restarted lower after a requeue"}
+
+
+def _saves(job: dict[str, Any]) -> str:
+    """How the job saves its state and what a preemption now would throw away."""
+    saves = job["checkpoint"]
+    source = job["checkpoint_source"]
+    said = _LEARNED.get(saves, "learned") if source == "learned" else _SAVES_SOURCE.get(source, "-")
+    text = f"Saves:     {_SAVES.get(saves, saves)}, from {said}"
+    if job.get("unsaved_gpu_s"):
+        text += f"; a preemption now would lose {job['unsaved_gpu_s'] / 3600:.2f} GPU-h of work"
+    return text
 
 
 @click.command("explain", context_settings=NO_H_HELP)

@@ -130,6 +130,10 @@ JOB_COLUMNS = (
     Column("restarts", "RESTARTS", lambda j: j["restarts"], True),
     Column("progress", "PROGRESS", lambda j: None if j["progress"] is None else f"{j['progress']:.0%}", True),
     Column("submit", "SUBMIT", lambda j: clock(j["submit_time"]), True),
+    Column("ckpt", "CKPT", lambda j: j.get("checkpoint"),
+           help="when it saves its state: warning (at Themis's warning), never, every N s (--themis-ckpt)"),
+    Column("unsaved", "UNSAVED_GPU_H", lambda j: None if j.get("unsaved_gpu_s") is None
+           else f"{j['unsaved_gpu_s'] / 3600:.2f}", True, help="work a preemption now would throw away"),
 )
 JOB_DEFAULT = ("job", "partition", "name", "user", "app", "st", "intent", "gpus", "nodes", "lease_end")
 

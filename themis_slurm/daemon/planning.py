@@ -33,7 +33,7 @@ from themis_slurm.daemon.config import Config
 from themis_slurm.daemon.estimates import checked_progress, estimate
 from themis_slurm.slurm.model import ManagedJob, Snapshot
 from themis_slurm.state.intents import Intent
-from themis_slurm.state.jobs import profile_of
+from themis_slurm.state.jobs import effective_ckpt, kept_after, profile_of
 from themis_slurm.state.record import InPlace
 from themis_slurm.state.round_input import RoundInput, round_input, starts_unseen
 from themis_slurm.state.rows import AppRow, BookRow, JobRow
@@ -63,6 +63,8 @@ def account(row: JobRow, mj: ManagedJob, topo: Topology, now: float, cfg: Config
         limit = mj.time_limit_s if mj.time_limit_s is not None and mj.time_limit_s > 0 else math.inf
         work = max(est_work, min(work, min(limit, cfg.estimates.max_s) * mj.gpus))
     progress, pnote = checked_progress(mj)
+    row, progress, rnotes = runs_settled(row, mj, progress)
+    notes += rnotes
     if progress is not None and row.progress is not None and progress < row.progress:
         # progress only moves forward: reporting less would make the app look worse off and win auctions
         pnote = (f"progress report {progress:g} is below the last accepted {row.progress:g}: ignored "
@@ -86,6 +88,63 @@ def account(row: JobRow, mj: ManagedJob, topo: Topology, now: float, cfg: Config
                   est_note=est.note, service_s=service, done_service=done_svc, progress=progress if progress is not None else row.progress,
                   progress_note=pnote, accounted_until=until, gpus=mj.gpus)  # fmt: skip
     return new, notes
+
+
+def runs_settled(
+    row: JobRow, mj: ManagedJob, progress: float | None
+) -> tuple[JobRow, float | None, list[str]]:
+    """The row with its runs settled before this cycle's service is added (state/jobs.py, "checkpoints").
+
+    A run that ended in a requeue (the job pending again, or running a later run) keeps what its saves
+    kept: its work since its last save goes, and so does a progress report that described it. A run that
+    started is counted from its StartTime. The first report of the run after a requeue shows whether the
+    job resumed. Where its owner did not say how it saves, a report below the progress accepted before
+    means it restarted from an older state: themisd takes it that the job does not checkpoint. Where the
+    owner said it never saves, a report above it means it did: the claim (which would make every requeue
+    look like a loss of its whole run, and the job look further behind than it is) is set aside. Until
+    then, a report equal to the last one of a run that lost work is the Comment left over from that run
+    (a job's Comment survives its requeue): it is not taken again. Returns the row, the report to use
+    this cycle and notes for the log.
+    """
+    notes: list[str] = []
+    ckpt = effective_ckpt(mj, row)
+    started = mj.start_time if mj.state == "RUNNING" and mj.start_time else None
+    if row.run_start is not None and (mj.state == "PENDING" or (started is not None and started > row.run_start)):
+        end = row.accounted_until if row.accounted_until is not None else row.run_start
+        run_s = end - row.run_start
+        kept = kept_after(row, ckpt, end)
+        lost = row.done_service - kept
+        row = replace(row, done_service=kept, run_start=None, run_base=kept, resumed_from=row.progress,
+                      progress=row.progress if lost <= 0.0 else None)  # fmt: skip
+        if lost > 0.0:
+            notes.append(f"its run of {run_s:.0f} s ended: {lost:.0f} GPU-s of work since its last save lost "
+                         f"({ckpt_text(ckpt)})")
+    if started is not None and row.run_start is None:
+        row = replace(row, run_start=started, run_base=row.done_service)
+    if row.resumed_from is not None and started is not None and progress is not None \
+            and progress != row.resumed_from:
+        if progress < row.resumed_from and not mj.ckpt_given and not row.ckpt_learned:
+            notes.append(f"progress restarted at {progress:g} after a requeue (it was {row.resumed_from:g}): "
+                         "taken to not checkpoint (a preemption loses its whole run); say so with "
+                         "--themis-ckpt=no, or how often it saves")
+            row = replace(row, ckpt_learned="no", progress=None, done_service=0.0, run_base=0.0)
+        elif progress > row.resumed_from and mj.ckpt_given and ckpt == math.inf:  # not yet set aside
+            notes.append(f"progress went on at {progress:g} after a requeue (it was {row.resumed_from:g}) although "
+                         "--themis-ckpt=no says it never saves: taken to save at Themis's warning")
+            row = replace(row, ckpt_learned="yes")
+        row = replace(row, resumed_from=None)
+    elif row.resumed_from is not None and progress == row.resumed_from and row.progress is None:
+        progress = None  # the Comment still says what the lost run reported: not a report of this run
+    return row, progress, notes
+
+
+def ckpt_text(ckpt: float | None) -> str:
+    """How a job saves, for the log and `themis explain`."""
+    if ckpt is None:
+        return "it saves at Themis's warning"
+    if ckpt == math.inf:
+        return "it does not checkpoint"
+    return f"it saves every {ckpt:.0f} s"
 
 
 def settled(row: JobRow, start: float | None, end: float | None) -> JobRow:

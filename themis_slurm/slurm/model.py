@@ -67,6 +67,10 @@ class ManagedJob:
     #: CPUs and MiB of memory it needs on each node it runs on (slurm/resources.py; 0: none known)
     cpus_per_node: int = 0
     mem_per_node: int = 0
+    #: when it saves its state, from the record (``--themis-ckpt``; slurm/options.Record.ckpt_s): None at
+    #: Themis's warning, ``math.inf`` never, else every so many seconds; `ckpt_given`: the owner said so
+    ckpt_s: float | None = None
+    ckpt_given: bool = False
 
 
 @dataclass(frozen=True, slots=True)

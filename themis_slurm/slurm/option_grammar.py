@@ -34,6 +34,9 @@ MODELS: tuple[str, ...] = tuple(name for name in PROFILES if name not in SENS_CL
 APP_MAX_LEN = 64
 APP_PUNCT = "_.-"                   # besides letters and digits; the first character is a letter or digit
 EST_MAX_S = 365 * 86400
+#: The words ``ckpt`` takes besides an interval: yes (the job saves its state at Themis's warning, SIGUSR1;
+#: the default) and no (it never does: a preemption loses its whole run). An interval is a duration.
+CKPT_WORDS: tuple[str, ...] = ("yes", "no")
 assert set(SENS_CLASSES) <= set(PROFILES), "every sensitivity class is a core placement profile"
 
 
@@ -66,6 +69,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("est", "duration", "Themis estimate of the run time on the GPUs requested, e.g. 6h, 90m, "
            "1-12:00:00 (default: the time limit)",
            "a duration above 0 and at most 365 days such as 90m, 6h, 1h30m, 2d, 1-12:00:00"),
+    Option("ckpt", "when", "Themis: when the job saves its state: yes (at Themis's warning, the default), "
+           "no (never: a preemption loses its whole run) or how often, e.g. 30m",
+           "yes, no, or how often it saves: a duration above 0 and at most 365 days such as 30m, 2h"),
 )
 EXCLUSIVE = ("model", "sens")
 #: The spank_job_env entry the plugin hands to slurmctld: the options in the --comment grammar.
@@ -103,6 +109,8 @@ def render_c_header() -> str:
     lines += ["};", f"#define THEMIS_N_OPTIONS {len(OPTIONS)}", "",
               "static const char *const themis_models[] = {" + ", ".join(_c_str(m) for m in MODELS) + ", 0};",
               "static const char *const themis_sens[] = {" + ", ".join(_c_str(s) for s in SENS_CLASSES) + ", 0};",
+              "static const char *const themis_ckpt_words[] = {" + ", ".join(_c_str(w) for w in CKPT_WORDS)
+              + ", 0};",
               f"#define THEMIS_EXCLUSIVE_A {_c_str(EXCLUSIVE[0])}", f"#define THEMIS_EXCLUSIVE_B {_c_str(EXCLUSIVE[1])}",
               "", "#endif", ""]
     return "\n".join(lines)
@@ -119,6 +127,7 @@ def render_lua_block() -> str:
              "local KNOWN_KEYS = " + lua_list(tuple(o.key for o in OPTIONS)),
              "local KNOWN_MODELS = " + lua_list(MODELS),
              "local KNOWN_SENS = " + lua_list(SENS_CLASSES),
+             "local CKPT_WORDS = " + lua_list(CKPT_WORDS),
              "local EXCLUSIVE = " + lua_list(EXCLUSIVE),
              "local EXPECTED = {"]
     for o in OPTIONS:
@@ -134,7 +143,7 @@ def render_markdown() -> str:
     for o in OPTIONS:
         lines.append(f"| `{o.flag}=<{o.arginfo}>` | `{o.key}=` | `{o.env}` | {o.expected} |")
     lines += ["", f"`{OPTIONS[1].flag}` and `{OPTIONS[2].flag}` are mutually exclusive. Keys are "
-              "case-insensitive in `--comment`; model, class and duration values are case-insensitive; app "
+              "case-insensitive in `--comment`; model, class, ckpt and duration values are case-insensitive; app "
               "names are kept as written.", f"<!-- {END} -->"]
     return "\n".join(lines)
 

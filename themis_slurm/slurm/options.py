@@ -3,7 +3,7 @@
 job_submit.lua validates the user's ``--comment themis:...`` options at submit and writes a normalised
 record into AdminComment, which only admins can change:
 
-    themis:v1;app=<name>;model=<model>;sens=<class>;est=<seconds>
+    themis:v1;app=<name>;model=<model>;sens=<class>;est=<seconds>[;ckpt=<yes|no|seconds>][;throttle=..][;nodes=..]
 
 The daemon trusts only that record for app grouping, profile and work estimate. The Comment stays the
 user's to edit while the job runs, so it is read for one thing only, the progress report
@@ -32,6 +32,11 @@ class Record:
     model: str | None = None
     sens: str | None = None
     est_s: float | None = None
+    #: when the job saves its state (``--themis-ckpt``): None at Themis's warning (``yes``, also when the owner
+    #: said nothing), ``math.inf`` never (``no``: a preemption loses its whole run), else every so many seconds
+    ckpt_s: float | None = None
+    #: whether the owner gave ``ckpt`` at all (themisd learns it only where they did not)
+    ckpt_given: bool = False
     #: an array's ``%N`` throttle at submit: the owner can raise Slurm's own copy (slurmctld applies
     #: ``ArrayTaskThrottle=`` before job_submit.lua's refusal), never this one
     throttle: int | None = None
@@ -88,6 +93,17 @@ def parse_record(admin_comment: str) -> tuple[Record, list[str]]:
         else:
             problems.append(f"AdminComment record field throttle={shorten(raw_throttle)!r}: expected a whole "
                             "number > 0")
+    ckpt_s: float | None = None
+    raw_ckpt = fields.get("ckpt", "").lower()
+    seconds = raw_ckpt.isascii() and raw_ckpt.isdigit() and int(raw_ckpt) > 0
+    ckpt_given = raw_ckpt in ("yes", "no") or seconds
+    if raw_ckpt == "no":
+        ckpt_s = math.inf
+    elif seconds:
+        ckpt_s = float(int(raw_ckpt))
+    elif raw_ckpt and not ckpt_given:
+        problems.append(f"AdminComment record field ckpt={shorten(raw_ckpt)!r}: expected yes, no or whole "
+                        "seconds > 0")
     nodes: tuple[str, ...] = ()
     if fields.get("nodes"):
         try:
@@ -95,7 +111,8 @@ def parse_record(admin_comment: str) -> tuple[Record, list[str]]:
         except ValueError:
             problems.append(f"AdminComment record field nodes={shorten(fields['nodes'])!r}: expected a hostlist")
     return Record(app=fields.get("app") or None, model=fields.get("model") or None,
-                  sens=fields.get("sens") or None, est_s=est, throttle=throttle, nodes=nodes), problems
+                  sens=fields.get("sens") or None, est_s=est, ckpt_s=ckpt_s, ckpt_given=ckpt_given,
+                  throttle=throttle, nodes=nodes), problems
 
 
 def parse_progress(comment: str) -> tuple[float | None, str | None]:

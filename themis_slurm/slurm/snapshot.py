@@ -339,6 +339,8 @@ def managed_jobs_of(job: SlurmJob, topo: Topology, warnings: list[str], now: flo
             requeued=requeued_while_completing(job, now),
             cpus_per_node=job.cpus_per_node,
             mem_per_node=job.mem_per_node,
+            ckpt_s=record.ckpt_s,
+            ckpt_given=record.ckpt_given,
         )
         for task in tasks
     ]

@@ -8,6 +8,8 @@ reports (:func:`done_and_work`); its submit time is the first one themisd saw (:
 
 from __future__ import annotations
 
+import math
+
 from themis_slurm.core.placement import PROFILES
 from themis_slurm.core.workload import REPORT_MIN_REMAINING, Job, refine_by_progress
 from themis_slurm.slurm.model import ManagedJob
@@ -39,6 +41,50 @@ def done_and_work(work: float, done_service: float, progress: float | None) -> t
         done, work = refine_by_progress(work, done_service, progress)
         return done, work, note
     return done_service, work, note
+
+
+# ------------------------------------------------------------------------------------------- checkpoints
+# A job that saves its state at Themis's warning (SIGUSR1, then a requeue) loses only its restart cost when
+# preempted; one that never saves loses its whole run; one that saves every I seconds loses what it did since
+# its last save. themisd counts the run it sees (JobRow.run_start, and run_base: the work done when the run
+# began), tells the core the work at stake while the run holds its GPUs (Job.unsaved: bids, ranking and the
+# offer charge it, core/agent.py) and takes it back when the run ends in a requeue (planning.account). Work
+# is taken to accrue evenly over the run, so I-second saves keep floor(r / I) x I of an r-second run.
+
+
+def effective_ckpt(job: ManagedJob, row: JobRow) -> float | None:
+    """When the job saves its state: its owner's word (--themis-ckpt) where given, else never when themisd
+    learned so (a requeued job whose progress restarted lower), else at the warning (None). A claim that it
+    never saves is set aside once a report after a requeue went on from where it was (``learned "yes"``)."""
+    if row.ckpt_learned == "yes":
+        return None
+    if job.ckpt_given:
+        return job.ckpt_s
+    return math.inf if row.ckpt_learned == "no" else None
+
+
+def saved_fraction(run_s: float, ckpt_s: float | None) -> float:
+    """Of the work an `run_s`-second run did, the part its saves keep."""
+    if ckpt_s is None:
+        return 1.0
+    if ckpt_s == math.inf or run_s <= 0.0:
+        return 0.0
+    return min(1.0, math.floor(run_s / ckpt_s) * ckpt_s / run_s)
+
+
+def kept_after(row: JobRow, ckpt_s: float | None, until: float) -> float:
+    """done_service that a restart at `until` resumes from: the run's base plus what its saves kept."""
+    if row.run_start is None:
+        return row.done_service
+    gained = max(0.0, row.done_service - row.run_base)
+    return row.run_base + gained * saved_fraction(until - row.run_start, ckpt_s)
+
+
+def unsaved_work(row: JobRow, ckpt_s: float | None, now: float, done: float) -> float:
+    """The work a preemption now would throw away, as the core's Job.unsaved: at most `done`."""
+    if ckpt_s is None or row.run_start is None:
+        return 0.0
+    return min(done, max(0.0, row.done_service - kept_after(row, ckpt_s, now)))
 
 
 def profile_of(job: ManagedJob) -> str:
@@ -77,9 +123,10 @@ def submitted(row: JobRow, job: ManagedJob) -> float:
 
 
 def core_job(
-    job: ManagedJob, work: float, done: float, preemptible: bool, service_s: float, submit: float
+    job: ManagedJob, work: float, done: float, preemptible: bool, service_s: float, submit: float,
+    unsaved: float = 0.0,
 ) -> Job:
-    """The arbiter's view of one managed job; `submit` is :func:`submitted`."""
+    """The arbiter's view of one managed job; `submit` is :func:`submitted`, `unsaved` :func:`unsaved_work`."""
     gpn, nodes = shape_of(job)
     return Job(
         id=job.job_id,
@@ -94,4 +141,5 @@ def core_job(
         submit=submit,
         service=service_s,
         allowed_nodes=job.allowed_nodes,  # where Slurm could start it (slurm/snapshot.placement_limits)
+        unsaved=min(max(0.0, done), unsaved),
     )

@@ -25,7 +25,7 @@ from themis_slurm.slurm.limits import Usage
 from themis_slurm.slurm.model import ManagedJob, Snapshot
 from themis_slurm.state.held import held_for_granted
 from themis_slurm.state.intents import HELD_FOR_GRANTED, Intent
-from themis_slurm.state.jobs import core_job, done_and_work, submitted
+from themis_slurm.state.jobs import core_job, done_and_work, effective_ckpt, submitted, unsaved_work
 from themis_slurm.state.rows import AppRow, BookRow, JobRow
 
 FOREVER = math.inf
@@ -98,6 +98,7 @@ def _add_job(
     jid = row.job_id
     done, work, _ = done_and_work(row.work, row.done_service, row.progress)
     preemptible = mj.requeue_ok
+    unsaved = 0.0
     lease: Lease | None = None
     if row.intent == Intent.RUNNING and mj.state == "RUNNING" and mj.gpu_ids:
         start = row.lease_start if row.lease_start is not None else now
@@ -105,6 +106,7 @@ def _add_job(
         ran_from = mj.start_time if mj.start_time else start
         expiry = max(expiry, ran_from + terms.min_runtime_s)
         lease = Lease(jid, c.claim(mj.gpu_ids), start, expiry)
+        unsaved = unsaved_work(row, effective_ckpt(mj, row), now, done)
         if expiry <= now:
             c.expired.add(jid)
     elif row.intent in HELD_FOR_GRANTED and mj.state != "RUNNING":
@@ -126,7 +128,7 @@ def _add_job(
         c.leases.append(lease)
     c.accounts.setdefault(mj.app_key, mj.account)
     c.jobs.setdefault(mj.app_key, []).append(
-        core_job(mj, work, done, preemptible, row.service_s, submitted(row, mj))
+        core_job(mj, work, done, preemptible, row.service_s, submitted(row, mj), unsaved)
     )
 
 

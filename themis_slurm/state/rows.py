@@ -107,6 +107,17 @@ class JobRow:
     est_factor: float = 1.0  # the calibration factor `work` carries
     #: SubmitTime when first seen (Slurm moves it to the moment of each requeue); None on older rows
     submit_time: float | None = None
+    #: the run themisd is counting (Slurm's StartTime; None: none yet, or the last one ended and what it
+    #: lost is settled) and done_service when it began: what a restart resumes from if the run saved
+    #: nothing (state/jobs.py, "checkpoints"; schema v10)
+    run_start: float | None = None
+    run_base: float = 0.0
+    #: the progress accepted when the job's last run ended (a requeue), until a report of the next run shows
+    #: whether it resumed from there. `ckpt_learned`: "no", a report restarted below it, so the job does not
+    #: checkpoint (used where its owner did not say, with --themis-ckpt); "yes", a job said never to save
+    #: went on from there (the claim is set aside)
+    resumed_from: float | None = None
+    ckpt_learned: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.intent, Intent):

@@ -206,8 +206,19 @@ ALTER TABLE decisions ADD COLUMN tenant_gpus INTEGER;
 CREATE INDEX decisions_round ON decisions(round_id);
 """
 
+#: v10: what a preemption costs a job that does not save its state at Themis's warning (issue 34 item 2,
+#: state/jobs.py "checkpoints"): the run themisd is counting (run_start, Slurm's StartTime) and the work
+#: done when it began (run_base), the progress accepted when its last run ended (resumed_from) and whether
+#: themisd learned how it saves (ckpt_learned: '', 'no' or 'yes'; daemon/planning.runs_settled).
+_V10 = """
+ALTER TABLE jobs ADD COLUMN run_start REAL;
+ALTER TABLE jobs ADD COLUMN run_base REAL NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN resumed_from REAL;
+ALTER TABLE jobs ADD COLUMN ckpt_learned TEXT NOT NULL DEFAULT '';
+"""
+
 #: Migration k brings the schema from version k to k+1 (version 0 is an empty database).
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)
 
 
 def statements(script: str) -> list[str]:

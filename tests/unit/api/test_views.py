@@ -103,6 +103,13 @@ def test_jobs_filters_and_fields(app: ApiApp) -> None:
         "gpus": 2, "nodes": {"node1": 2}, "lease_end": world.NOW + 40, "service_gpu_s": 0}
 
 
+def test_jobs_say_how_they_save_and_what_a_preemption_would_lose(app: ApiApp) -> None:
+    _, doc = get(app, "/v1/jobs", ROOT)
+    j10 = next(j for j in doc["jobs"] if j["job"] == "10")
+    # no --themis-ckpt and nothing learned: it saves at Themis's warning, so a preemption loses nothing
+    assert (j10["checkpoint"], j10["checkpoint_source"], j10["unsaved_gpu_s"]) == ("warning", "default", 0.0)
+
+
 def test_jobs_show_the_first_submit_time(app: ApiApp) -> None:
     # Slurm moves a requeued job's SubmitTime to the requeue; themis jobs shows when it was submitted
     _, doc = get(app, "/v1/jobs", ROOT)

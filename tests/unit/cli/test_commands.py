@@ -134,3 +134,22 @@ def test_explain_shows_the_calibrated_estimate(factor: float, shown: str | None)
         assert "calibrated" not in line
     else:
         assert shown in line and "(1:00:00)" in line and "calibrated" in line
+
+
+@pytest.mark.parametrize(("saves", "source", "unsaved", "shown"), [
+    ("warning", "default", 0.0, "Saves:     at Themis's warning, from the default"),
+    ("never", "learned", 7200.0, "never (a preemption loses its whole run), from learned: its progress restarted "
+     "lower after a requeue; a preemption now would lose 2.00 GPU-h of work"),
+    ("every 1800 s", "owner", 360.0, "every 1800 s, from its owner's --themis-ckpt; a preemption now would lose 0.10"),
+    ("warning", "learned", 0.0, "at Themis's warning, from learned: its progress went on after a requeue"),
+])
+def test_explain_says_how_the_job_saves(saves: str, source: str, unsaved: float, shown: str) -> None:
+    from themis_slurm.cli.explain import render_explain
+    from themis_slurm.cli.output import TableOptions
+
+    doc = {"job": {"job": "7", "app": "alice/a", "user": "alice", "gpus": 2, "state": "RUNNING", "intent": "running",
+                   "checkpoint": saves, "checkpoint_source": source, "unsaved_gpu_s": unsaved},
+           "app": None, "summary": "running", "lease": {"end": None}, "rounds": [], "events": [],
+           "placement": {"planned": {}, "granted": None, "current": None}, "estimate": None}
+    line = next(x for x in render_explain(doc, TableOptions()).splitlines() if x.startswith("Saves:"))
+    assert shown in line

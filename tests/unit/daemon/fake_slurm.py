@@ -11,6 +11,7 @@ only up to its last checkpoint (taken when it receives the warning). Tests drive
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -48,7 +49,13 @@ class FakeJob:
     progress_error: str | None = None
     restart_cnt: int = 0
     done_s: float = 0.0
-    ckpt_s: float = 0.0
+    ckpt_s: float = 0.0  # the work its last save kept (a requeue resumes from here)
+    #: when it saves, the truth: None at the warning (SIGUSR1), math.inf never, else every so many seconds;
+    #: `declared`: its owner said so (--themis-ckpt), and the snapshot shows it
+    saves: float | None = None
+    declared: bool = False
+    says: float | None | str = "truth"  # what its owner declared, when not the truth (a false claim)
+    run_done0: float = 0.0
     warnings: int = 0
     managed: bool = True
     blocked: str | None = None  # what the job's own record says keeps Slurm from starting it (BeginTime, ...)
@@ -119,6 +126,8 @@ class FakeSlurm:
         for j in list(self.jobs.values()):
             if j.state == "RUNNING":
                 j.done_s += dt
+                if j.saves is not None and j.saves != math.inf and j.start_time is not None:
+                    j.ckpt_s = j.run_done0 + math.floor((self.now - j.start_time) / j.saves) * j.saves
                 if j.done_s >= j.work_s:
                     del self.jobs[j.job_id]
                     self.completed.append(j.job_id)
@@ -184,6 +193,7 @@ class FakeSlurm:
         for node, n in node_gpus.items():
             ids.update(self._free_on(node)[:n])
         j.state, j.start_time, j.node_gpus, j.gpu_ids = "RUNNING", self.now, dict(node_gpus), frozenset(ids)
+        j.run_done0 = j.done_s
         self.starts_seen[j.job_id] = self.starts_seen.get(j.job_id, 0) + 1
         self._check_no_double()
 
@@ -298,7 +308,8 @@ class FakeSlurm:
             array_job_id=j.array_job_id, array_task_id=j.array_task_id, array_max_tasks=j.array_max_tasks,
             allowed_nodes=j.allowed_nodes, limits="test limits" if j.allowed_nodes is not None else "",
             account=j.account, qos=j.qos, partition="gpu", cpus_per_node=j.cpus_per_node,
-            mem_per_node=j.mem_per_node,
+            mem_per_node=j.mem_per_node, ckpt_s=(j.saves if j.says == "truth" else j.says) if j.declared else None,  # type: ignore[arg-type]
+            ckpt_given=j.declared,
         )  # fmt: skip
 
     def start(self, job: ManagedJob, node_gpus: Mapping[str, int]) -> None:
@@ -318,7 +329,8 @@ class FakeSlurm:
         j = self._enter("warn", job)
         if j.state == "RUNNING":
             j.warnings += 1
-            j.ckpt_s = j.done_s  # the job checkpoints on SIGUSR1
+            if j.saves is None:
+                j.ckpt_s = j.done_s  # the job checkpoints on SIGUSR1
         self._leave("warn")
 
     def requeue(self, job: ManagedJob) -> None:

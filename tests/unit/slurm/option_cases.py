@@ -63,6 +63,19 @@ CASES: list[tuple[str, str, str | int | None]] = [
     ("est", "1000000000s", None),
     ("est", "-5m", None),
     ("est", "", None),
+    ("ckpt", "yes", "yes"),
+    ("ckpt", "No", "no"),
+    ("ckpt", " no ", "no"),
+    ("ckpt", "30m", 1800),
+    ("ckpt", "1H30M", 5400),
+    ("ckpt", "1-00:00:00", 86400),
+    ("ckpt", "365d", EST_MAX_S),
+    ("ckpt", "0s", None),
+    ("ckpt", "366d", None),
+    ("ckpt", "maybe", None),
+    ("ckpt", "true", None),
+    ("ckpt", "10", None),           # a bare number has no unit
+    ("ckpt", "", None),
 ]
 CASES += [("model", m, m) for m in MODELS] + [("sens", c, c) for c in SENS_CLASSES]
 

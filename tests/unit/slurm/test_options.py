@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from themis_slurm.slurm.options import Record, is_record, parse_progress, parse_record
@@ -31,6 +33,21 @@ def test_bad_est_names_field_and_value(est: str) -> None:
     rec, problems = parse_record(f"themis:v1;app=a;model=;sens=;est={est}")
     assert rec.app == "a" and rec.est_s is None
     assert len(problems) == 1 and f"est={est!r}" in problems[0]
+
+
+@pytest.mark.parametrize(("raw", "ckpt_s", "given"), [
+    ("", None, False), ("yes", None, True), ("no", math.inf, True), ("1800", 1800.0, True),
+])
+def test_ckpt(raw: str, ckpt_s: float | None, given: bool) -> None:
+    rec, problems = parse_record("themis:v1;app=a;model=;sens=;est=60" + (f";ckpt={raw}" if raw else ""))
+    assert problems == [] and rec.ckpt_s == ckpt_s and rec.ckpt_given is given
+
+
+@pytest.mark.parametrize("raw", ["maybe", "0", "-5", "1.5", "30m"])
+def test_bad_ckpt_names_field_and_value(raw: str) -> None:
+    rec, problems = parse_record(f"themis:v1;app=a;model=;sens=;est=60;ckpt={raw}")
+    assert rec.ckpt_s is None and not rec.ckpt_given and rec.est_s == 60.0
+    assert len(problems) == 1 and f"ckpt={raw!r}" in problems[0]
 
 
 def test_other_version_gives_defaults_and_a_problem() -> None:

@@ -15,8 +15,8 @@ WHAT IT DOES
       This check is the authority: any user can run a client without the plugin's checks. Options given
       both ways at once are refused;
     * a normalised, trusted record is written to the job's AdminComment, which users cannot change:
-          themis:v1;app=<name>;model=<model>;sens=<class>;est=<seconds>
-      (fields always present and in this order, values may be empty; est is whole seconds). The daemon
+          themis:v1;app=<name>;model=<model>;sens=<class>;est=<seconds>[;ckpt=..][;throttle=..][;nodes=..]
+      (the first four always present and in this order, values may be empty; est is whole seconds). The daemon
       reads THIS record, never the user-editable Comment;
     * in mode "enforce" the job is held (priority 0, Reason JobHeldUser) and made requeueable;
       in mode "observe" it is not held; in mode "off" nothing at all happens.
@@ -49,8 +49,10 @@ between the GENERATED GRAMMAR markers below, the plugin's header and docs/user-g
   sens     := one of KNOWN_SENS            (placement sensitivity class; not with model)
   est      := 90s | 45m | 6h | 2d | 1h30m | [D-]HH:MM:SS, above 0 and at most MAX_EST_SECONDS (the expected
               run time on the GPUs requested)
+  ckpt     := one of CKPT_WORDS | a duration as for est (when the job saves its state: at Themis's warning,
+              never, or every so often; a preemption loses what it did since its last save)
   A comment that does not start with "themis:" is free text and ignored. Keys are case-insensitive, each
-  key at most once; model/sens/est values are case-insensitive, app names are kept as written.
+  key at most once; model/sens/est/ckpt values are case-insensitive, app names are kept as written.
 
 INSTALL
   Copy this file and themis_job_submit.conf.lua next to slurm.conf (e.g. /etc/slurm/), set
@@ -80,15 +82,17 @@ local APP_MAX_LEN = 64
 local APP_PATTERN = "^[A-Za-z0-9][A-Za-z0-9%_%.%-]*$"
 local MAX_EST_SECONDS = 31536000
 local SPANK_ENV_NAME = "THEMIS_OPTIONS"
-local KNOWN_KEYS = { "app", "model", "sens", "est" }
+local KNOWN_KEYS = { "app", "model", "sens", "est", "ckpt" }
 local KNOWN_MODELS = { "vgg11", "vgg16", "vgg19", "alexnet", "resnet50", "resnet101", "resnet152", "inception3", "inception4", "googlenet" }
 local KNOWN_SENS = { "high", "medium", "low", "none" }
+local CKPT_WORDS = { "yes", "no" }
 local EXCLUSIVE = { "model", "sens" }
 local EXPECTED = {
   app = "a name of 1 to 64 letters, digits, '_', '.' or '-' starting with a letter or digit",
   model = "one of vgg11, vgg16, vgg19, alexnet, resnet50, resnet101, resnet152, inception3, inception4, googlenet",
   sens = "one of high, medium, low, none",
   est = "a duration above 0 and at most 365 days such as 90m, 6h, 1h30m, 2d, 1-12:00:00",
+  ckpt = "yes, no, or how often it saves: a duration above 0 and at most 365 days such as 30m, 2h",
 }
 -- END GENERATED GRAMMAR
 
@@ -112,6 +116,7 @@ local function set_of(list)
 end
 
 local MODEL_SET, SENS_SET, KEY_SET = set_of(KNOWN_MODELS), set_of(KNOWN_SENS), set_of(KNOWN_KEYS)
+local CKPT_SET = set_of(CKPT_WORDS)
 
 local function trim(s)
   return (s:gsub("^%s+", ""):gsub("%s+$", ""))
@@ -337,7 +342,8 @@ local function invalid(src, key, value)
 end
 
 -- Parses a list of options  key=value,key=value  (the grammar above) given through `source`
--- ("comment" or "spank"). Returns opts {app=, model=, sens=, est=(seconds)} or nil, message for the user.
+-- ("comment" or "spank"). Returns opts {app=, model=, sens=, est=(seconds), ckpt=("yes", "no" or seconds)}
+-- or nil, message for the user.
 local function parse_options(options, source)
   local src = SOURCES[source]
   local opts = {}
@@ -374,6 +380,14 @@ local function parse_options(options, source)
       local seconds = parse_duration(value)
       if not seconds or seconds <= 0 or seconds > MAX_EST_SECONDS then return nil, invalid(src, key, value) end
       opts.est = seconds
+    elseif key == "ckpt" then
+      if CKPT_SET[value:lower()] then
+        opts.ckpt = value:lower()
+      else
+        local seconds = parse_duration(value)
+        if not seconds or seconds <= 0 or seconds > MAX_EST_SECONDS then return nil, invalid(src, key, value) end
+        opts.ckpt = string.format("%d", seconds)
+      end
     end
   end
   if opts[EXCLUSIVE[1]] and opts[EXCLUSIVE[2]] then
@@ -386,7 +400,7 @@ end
 
 -- Parses a job comment. Returns:
 --   nil                  the comment carries no Themis options (absent, or free text)
---   opts                 a table {app=, model=, sens=, est=(seconds)} (absent keys are nil)
+--   opts                 a table {app=, model=, sens=, est=(seconds), ckpt=} (absent keys are nil)
 --   nil, message         the options are invalid; message is for the user
 local function parse_comment(comment)
   if comment == nil then return nil end
@@ -434,6 +448,8 @@ local function record(opts, throttle, nodes)
   opts = opts or {}
   local out = string.format("%s;app=%s;model=%s;sens=%s;est=%s", RECORD_PREFIX, opts.app or "",
                             opts.model or "", opts.sens or "", opts.est and string.format("%d", opts.est) or "")
+  -- how the job saves its state (yes, no or an interval in whole seconds), only when the owner said
+  if opts.ckpt then out = out .. ";ckpt=" .. opts.ckpt end
   if throttle then out = out .. ";throttle=" .. throttle end
   -- the owner's -w list: Themis's pin replaces ReqNodeList, so the list it must choose within is kept here
   -- (a hostlist has no ';' or '='; anything else is not recorded and Slurm's own check stays)

@@ -27,11 +27,15 @@ static const struct themis_option themis_options[] = {
     {"est", "duration",
      "Themis estimate of the run time on the GPUs requested, e.g. 6h, 90m, 1-12:00:00 (default: the time limit)",
      "a duration above 0 and at most 365 days such as 90m, 6h, 1h30m, 2d, 1-12:00:00"},
+    {"ckpt", "when",
+     "Themis: when the job saves its state: yes (at Themis's warning, the default), no (never: a preemption loses its whole run) or how often, e.g. 30m",
+     "yes, no, or how often it saves: a duration above 0 and at most 365 days such as 30m, 2h"},
 };
-#define THEMIS_N_OPTIONS 4
+#define THEMIS_N_OPTIONS 5
 
 static const char *const themis_models[] = {"vgg11", "vgg16", "vgg19", "alexnet", "resnet50", "resnet101", "resnet152", "inception3", "inception4", "googlenet", 0};
 static const char *const themis_sens[] = {"high", "medium", "low", "none", 0};
+static const char *const themis_ckpt_words[] = {"yes", "no", 0};
 #define THEMIS_EXCLUSIVE_A "model"
 #define THEMIS_EXCLUSIVE_B "sens"
 

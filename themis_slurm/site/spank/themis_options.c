@@ -143,7 +143,9 @@ int themis_check_value(int index, const char *value, const char *source, char *e
         ok = in_list(themis_models, value);
     } else if (strcmp(key, "sens") == 0) {
         ok = in_list(themis_sens, value);
-    } else {
+    } else if (strcmp(key, "ckpt") == 0 && in_list(themis_ckpt_words, value)) {
+        ok = 1;
+    } else {   /* est, or ckpt's interval */
         long s;
         ok = themis_parse_duration(value, &s) == 0 && s > 0 && s <= THEMIS_EST_MAX_S;
     }
