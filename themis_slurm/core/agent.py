@@ -178,6 +178,10 @@ class Agent:
         """The unsaved work its lease holders lose unless renewed in place (:meth:`_set_risk`)."""
         return self._risk_total
 
+    def risk_of(self, job_id: str) -> float:
+        """The unsaved work of one lease holder (0 for any other job): what renewing it in place saves."""
+        return self._risk.get(job_id, 0.0) if self._risk else 0.0
+
     def lost_without(self, gangs: Iterable[Gang]) -> float:
         """The unsaved work the app loses if it gets exactly `gangs`: that of every holder not among them
         renewed in place."""

@@ -89,7 +89,7 @@ class KindOffers:
 class AppFill:
     """One app's progress in a fill, holding `held` (gangs from earlier in the round) at its start."""
 
-    __slots__ = ("agent", "plain", "queues", "pos", "heads", "kept", "gangs", "x", "log_at", "log_now")
+    __slots__ = ("agent", "plain", "queues", "pos", "heads", "kept", "gangs", "x", "lost", "log_at", "log_now")
 
     def __init__(self, agent: Agent, held: Sequence[Gang] | None) -> None:
         self.agent = agent
@@ -106,10 +106,15 @@ class AppFill:
         self.gangs: list[Gang] = []
         self.x = 0.0  # the throughput of `gangs`
         self.log_at: float | None = None  # the x at which log_now = log(rho(x)) was computed
+        #: the unsaved work of its lease holders not renewed in place by `gangs` (Agent.lost_without): what
+        #: the app loses if the fill ends now; a renewal in place saves its holder's share
+        self.lost = agent.at_risk
         if held:
             for g in held:
                 self.gangs.append(g)
                 self.x += g.throughput
+            if self.lost:
+                self.lost = agent.lost_without(held)
             used = {g.job_id for g in held}
             self.queues = [[j for j in kind if j.id not in used] for kind in kinds]
             self.heads: list[Job | None] = [q[0] if q else None for q in self.queues]
@@ -117,10 +122,11 @@ class AppFill:
             self.heads = list(map(_FIRST, kinds))  # an agent's kinds are never empty
 
     def log_rho(self) -> float:
-        """log(rho) at the app's throughput so far (kept while it is unchanged)."""
+        """log(rho) at the app's throughput so far, with what it would lose (kept while both are unchanged:
+        :meth:`Fill.take` forgets it when `lost` changes)."""
         x = self.x
         if self.log_at != x:
-            self.log_now, self.log_at = math.log(self.agent.rho_of(x)), x
+            self.log_now, self.log_at = math.log(self.agent.rho_of(x, self.lost)), x
         return self.log_now  # set with log_at
 
 
@@ -190,6 +196,12 @@ class Fill:
         q, at = app.queues[qi], app.pos[qi] + 1
         app.pos[qi], app.heads[qi] = at, q[at] if at < len(q) else None
         app.x += throughput
+        if app.lost and app.agent.homes.get(job.id) == gpus:  # a holder renewed in place: its work is saved
+            app.lost = app.agent.lost_without(app.gangs)
+            app.log_at = None
+            for kept in app.kept:
+                if kept is not None:
+                    kept.prios_at = None
         self.push(k)
 
     def run(self, group_of: Sequence[Hashable], left: dict[Hashable, float]) -> dict[str, list[Gang]]:
@@ -288,11 +300,13 @@ class ByGain(FillOrder):
         self.name, self.per_gpu = name, per_gpu
 
     def priorities(self, fill: Fill, app: AppFill, kept: KindOffers) -> list[float]:
-        ag, x = app.agent, app.x
+        ag, x, lost = app.agent, app.x, app.lost
         log_now = app.log_rho()
+        home = ag.homes.get(kept.job.id) if lost else None  # renewing a holder in place also saves its work
         out = []
         for gpus, _, throughput in kept.offers:
-            gain = ag.weight * (log_now - math.log(ag.rho_of(x + throughput)))
+            after = lost - ag.risk_of(kept.job.id) if home is not None and home == gpus else lost
+            gain = ag.weight * (log_now - math.log(ag.rho_of(x + throughput, after)))
             out.append(gain / len(gpus) if self.per_gpu else gain)
         return out
 
@@ -307,7 +321,7 @@ class ByGain(FillOrder):
             factors = app.plain.get(job.id)
             if factors is None:
                 return PLACE_NOW
-            gain = ag.weight * (log_now - math.log(ag.rho_of(x + job.gpus * factors[0] * ag.start_keep)))
+            gain = ag.weight * (log_now - math.log(ag.rho_of(x + job.gpus * factors[0] * ag.start_keep, app.lost)))
             prio = gain / job.gpus if self.per_gpu else gain
             if top is None or prio > top:
                 top = prio

@@ -83,10 +83,13 @@ class Standing:
     offer: Offer | None = None
 
 
-def gain(by: str, app: RefApp, n_gpus: int, throughput: float) -> float:
-    """The weighted log-gain of `throughput` more, per GPU with "density" (and "gain": not per GPU)."""
+def gain(by: str, app: RefApp, n_gpus: int, throughput: float, saved: float = 0.0) -> float:
+    """The weighted log-gain of `throughput` more, per GPU with "density" (and "gain": not per GPU), from
+    rho with the unsaved work the app loses as it stands (Agent.lost_without its gangs) to rho with
+    `saved` of it kept (the gang renews its holder in place)."""
     ag = app.agent
-    g = ag.weight * (math.log(ag.rho_of(app.x)) - math.log(ag.rho_of(app.x + throughput)))
+    lost = ag.lost_without(app.gangs)
+    g = ag.weight * (math.log(ag.rho_of(app.x, lost)) - math.log(ag.rho_of(app.x + throughput, lost - saved)))
     return g / n_gpus if by == "density" else g
 
 
@@ -94,11 +97,11 @@ def priority(by: str, app: RefApp, job: Job, offer: Offer, restart_s: float) -> 
     """What handing `offer` to `job` is worth in order `by` (core/fill.py's module docstring)."""
     gpus, _, throughput = offer
     ag = app.agent
-    if by in ("density", "gain"):
-        return gain(by, app, len(gpus), throughput)
     away = ag.homes.get(job.id) != gpus  # a restart
+    if by in ("density", "gain"):
+        return gain(by, app, len(gpus), throughput, 0.0 if away else ag.risk_of(job.id))
     if by == "rho":
-        return math.log(ag.rho_of(app.x)) + (math.log(ag.start_keep) if away else 0.0)
+        return math.log(ag.rho_of(app.x, ag.lost_without(app.gangs))) + (math.log(ag.start_keep) if away else 0.0)
     return ag.lateness(job) + (-restart_s if away else 0.0)
 
 
@@ -114,7 +117,7 @@ def bound(by: str, app: RefApp, restart_s: float) -> float | None:
     if by == "rho":
         if plain_factors(ag, app.queues[heads[0][0]]) is None:
             return PLACE_NOW
-        return math.log(ag.rho_of(app.x)) + math.log(ag.start_keep)
+        return math.log(ag.rho_of(app.x, ag.lost_without(app.gangs))) + math.log(ag.start_keep)
     factors = [plain_factors(ag, app.queues[qi]) for qi, _ in heads]
     if any(f is None for f in factors):
         return PLACE_NOW

@@ -9,6 +9,7 @@ earlier in the round, placement-sensitive profiles, weights, caps, and twin apps
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 from collections import Counter
 
@@ -165,3 +166,34 @@ def test_an_unknown_order_or_caps_without_groups_are_refused(fill) -> None:
         fill(inst.agents, inst.pool.copy(), by="fifo")
     with pytest.raises(ValueError, match=r"groups: one per agent"):
         fill(inst.agents, inst.pool.copy(), limits={"u0": 1})
+
+
+@pytest.mark.parametrize("by", ["density", "gain"])
+def test_a_renewal_in_place_gains_the_work_it_saves(by: str) -> None:
+    """Two apps want the same two GPUs: one holds them with work done since its last checkpoint (Job.unsaved),
+    the other waits. Renewing the holder in place saves that work, so its gain counts it: with enough unsaved
+    work the holder keeps the GPUs where, counting throughput alone, the other app would take them."""
+    topo = Topology.uniform(1, 1, 2, 1)
+    model = FairnessModel(topo, topo.size, 0.1)
+    waiting = App("w", "u1", 0.0, (Job("w0", "w", 2, 8000.0, profile="none", submit=0.0),), contention=2.0)
+    home = frozenset({0, 1})
+    found = []
+    for unsaved in (0.0, 400.0, 800.0, 1600.0):
+        holder_job = Job("h0", "h", 2, 4000.0, done=1600.0, unsaved=unsaved, profile="none", submit=0.0)
+        holder = App("h", "u0", 0.0, (holder_job,), contention=2.0)
+        ah = Agent(holder, model, NOW, 0.0, holder.jobs, {"h0": home})
+        aw = Agent(waiting, model, NOW, 0.0, waiting.jobs)
+        t = 2.0  # both gangs: 2 GPUs at factor 1 ("none")
+        lost = ah.at_risk
+        g_plain = math.log(ah.rho_of(0.0, lost)) - math.log(ah.rho_of(t, lost))  # throughput alone
+        g_saved = math.log(ah.rho_of(0.0, lost)) - math.log(ah.rho_of(t, lost - unsaved))
+        g_wait = math.log(aw.rho_of(0.0)) - math.log(aw.rho_of(t))
+        got = greedy_fill([ah, aw], Pool(topo, [0, 1]), {}, by=by)
+        assert got == reference_fill([ah, aw], Pool(topo, [0, 1]), {}, by=by)
+        winner = next(iter(got))
+        if g_plain < g_wait < g_saved:  # the case: only the saved work makes the renewal worth more
+            found.append(unsaved)
+            assert winner == "h" and got["h"][0].gpus == home, (unsaved, got)
+        elif g_saved < g_wait:
+            assert winner == "w", (unsaved, got)
+    assert found, "no unsaved work in the list puts the saved work between the two gains"
