@@ -115,7 +115,7 @@ class FastSolver:
         # one bidder: ruining its gangs and refilling repeats the first fill and the "gain" try above
         # exactly (the same greedy on the same pool), so the search cannot improve on them; with f = 0.9
         # most rounds have one bidder, and the search was a quarter of a paper-size simulation. Only
-        # one-GPU gangs: nothing to repack (docs/design.md, "Fast": it improved 0.1% of such rounds)
+        # one-GPU gangs: nothing to repack (docs/eval/design-journal.md, "Fast": it improved 0.1% of such rounds)
         if len(agents) > 1 and len(best) <= self.improve_max_winners and not one_gpu:
             best, best_v = self._ruin_and_recreate(agents, pool, best, best_v, value)
         bundles = {aid: by_id[aid].bundle(gangs) for aid, gangs in best.items()}

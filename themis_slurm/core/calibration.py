@@ -45,7 +45,7 @@ it was first given, the user's word, in ideal GPU-seconds):
   Otherwise an over-estimating user (plain median of finished jobs below 1) gets that median: lowering
   only ever helps the user it applies to, so it needs no defence against its own user, and the plain
   median is the steadier one (measured: with lognormal(0.5) errors the weighted one cost 0.2 of max
-  rho, docs/design.md). The tolerance keeps honest users whose ratios exceed 1 only through Themis's
+  rho, docs/eval/design-journal.md). The tolerance keeps honest users whose ratios exceed 1 only through Themis's
   own preemptions (work redone after a requeue) out of it.
 * A user without a factor of their own gets the **cluster's prior**: the configured ``prior``, else the
   learned one. Learned: the median over users of each user's median ratio (one vote per user, so one
@@ -71,7 +71,7 @@ it was first given, the user's word, in ideal GPU-seconds):
   than everybody. In the evaluation's workloads every app is its own user, so a newcomer all its life:
   with a tolerance of 1.25, 52 of its runs moved (Themis's max rho by -0.07 to +0.10, from apps whose
   median job was 1.3-1.7 times shorter than the next app's); with 2, 16 runs moved, Themis's max rho in
-  three (contention 2: 1.046 -> 1.087; docs/design.md). A liar who runs a second account with short
+  three (contention 2: 1.046 -> 1.087; docs/eval/design-journal.md). A liar who runs a second account with short
   claims of its own can hide behind it (that account's jobs must exist and run).
 
 **The bound** (tested as properties in tests/unit/core/test_calibration_gaming.py), with ``floor`` the

@@ -78,7 +78,7 @@ def paced(share: Mapping[Entity, float], tenant_of: Mapping[str, Entity], apps: 
     than its share to catch up, which is what finish-time fairness asks of the auction: on the paper
     workload with every app its own user, Themis's max rho went from 1.005 to 2.03 (1.00 paced). The book is
     the tenant's, not its apps', so splitting work into more apps still buys nothing (docs/design.md,
-    "Paced quotas", has the measurements and what looser quotas cost).
+    "Paced quotas"; docs/eval/design-journal.md has the measurements and what looser quotas cost).
     """
     entitled: dict[Entity, float] = {}
     done: dict[Entity, float] = {}

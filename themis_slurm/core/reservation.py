@@ -1,10 +1,10 @@
 """Optional phase: reserve GPUs for a wide gang that has waited a lease (``reserve_wide_gangs``).
 
-On by default (docs/design.md has the measurements). It runs after the offer and before winner
-determination: the first wide gang (bidding order) of the worst bidder that has one starts now if it fits,
-else the GPUs it will fit on soonest are held out of the pool until the leases on the rest expire. When
-that gang already runs (its lease expires now), it keeps its GPUs (RenewalCause.RESERVATION) instead of
-going back to the pool, where x* or the leftover would split them among other apps and later rounds
+On by default (docs/design.md says why, docs/eval/design-journal.md has the measurements). It runs after the
+offer and before winner determination: the first wide gang (bidding order) of the worst bidder that has one
+starts now if it fits, else the GPUs it will fit on soonest are held out of the pool until the leases on the
+rest expire. When that gang already runs (its lease expires now), it keeps its GPUs (RenewalCause.RESERVATION)
+instead of going back to the pool, where x* or the leftover would split them among other apps and later rounds
 would have to reserve them again.
 """
 

@@ -18,7 +18,8 @@ and its app ranks and bids with the gang counted in what it keeps. Like a non-pr
 renewal outside the auction, so the other bidders' hidden payments are computed on the pool without it.
 It adds no input an app could misreport: the rho it is judged by is the one the ranking uses, and a
 progress report can only lower it (core.workload.refine_by_progress). Off by default
-(``ArbiterConfig.keep_wide_gangs``); the measurements behind that are in docs/design.md.
+(``ArbiterConfig.keep_wide_gangs``); the reason is in docs/design.md, the measurements
+in docs/eval/design-journal.md.
 """
 
 from __future__ import annotations

@@ -197,18 +197,18 @@ def refine_by_progress(work: float, done_service: float, progress: float) -> tup
     :data:`REPORT_MIN_REMAINING` of the estimate while the job runs, and T_id, which is computed from
     `work`, is the same with or without a report: a report can only make its app look better off.
 
-    Why not also read it against the job's own rate (service x (1 - p) / p left, which would correct a
-    time limit 3x too long)? Measured (docs/design.md, "The simulator"): with T_id still from the estimate,
-    the remaining work of the jobs that report is corrected and the rest of their app's numbers are not,
-    so apps whose jobs ran look better off than they are; on the 84-app workload with uniform 1-3x
-    over-estimates Themis's max rho went from 1.56 without reports to 1.80 with them. Shrinking `work` as
-    well would make T_id follow, but then a made-up report raises the rho of an app that has waited long
-    (201.8 -> 219.6 in a check): reports could buy GPUs. Read against the estimate, p makes an app's
-    remaining work and its T_id wrong by the same factor; its elapsed time is not, so an app whose job was
-    over-estimated and has run looks to have slack it does not have (rho p x true / estimate + 1 - p
-    instead of 1 for a job run without a break): measured, one app at rho 1.81 instead of 1.12 without
-    reports on one draw of lognormal errors (docs/eval/discussion.md, "Progress reports can make an honest
-    app look better off"). The price of a reading no report can game; a better one is open.
+    Why not also read it against the job's own rate (service x (1 - p) / p left, which would correct a time
+    limit 3x too long)? Measured (docs/eval/design-journal.md, "Progress reports"): with T_id still from the
+    estimate, the remaining work of the jobs that report is corrected and the rest of their app's numbers are
+    not, so apps whose jobs ran look better off than they are; on the 84-app workload with uniform 1-3x
+    over-estimates Themis's max rho went from 1.56 without reports to 1.80 with them. Shrinking `work` as well
+    would make T_id follow, but then a made-up report raises the rho of an app that has waited long (201.8 ->
+    219.6 in a check): reports could buy GPUs. Read against the estimate, p makes an app's remaining work and
+    its T_id wrong by the same factor; its elapsed time is not, so an app whose job was over-estimated and has
+    run looks to have slack it does not have (rho p x true / estimate + 1 - p instead of 1 for a job run
+    without a break): measured, one app at rho 1.81 instead of 1.12 without reports on one draw of lognormal
+    errors (docs/eval/discussion.md, "Progress reports can make an honest app look better off"). The price of
+    a reading no report can game; a better one is open.
     """
     floor = REPORT_MIN_REMAINING * work
     return min(max(progress * work, done_service), work - floor), work

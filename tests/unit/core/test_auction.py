@@ -34,7 +34,7 @@ def _check_allocation(alloc, agents, pool) -> None:
 def test_fast_within_one_percent_of_exact_on_300_instances() -> None:
     """Fast vs exact winner determination on 300 random small rounds.
 
-    Measured (docs/design.md): equal on about 98% of instances, mean ratio above 0.999; the rare worse
+    Measured (docs/eval/design-journal.md): equal on about 98% of instances, mean ratio above 0.999; the rare worse
     cases are gang-packing corner cases (an elastic job, or a wide gang crowded out). Asserted: the mean
     objective within 1%, at least 97% of instances within 1%, and none worse than 15%.
     """
@@ -388,7 +388,7 @@ def test_one_gpu_rounds_leave_out_only_tries_that_repeat_the_first_fill() -> Non
 
 
 def test_ruin_and_recreate_rarely_improves_one_gpu_rounds() -> None:
-    """...so the solver leaves it out there (docs/design.md, "Fast": 14 of 3,000 random one-GPU rounds,
+    """...so the solver leaves it out there (docs/eval/design-journal.md, "Fast": 14 of 3,000 random one-GPU rounds,
     0.1% of a paper-size run's, where the pair floor makes a valuation step; the same max rho without it).
     Asserted: at most 2% of 400 random one-GPU rounds with homes."""
     from .instances import random_one_gpu_round
