@@ -26,13 +26,14 @@ from themis_slurm.api.auth import Identity
 from themis_slurm.api.cluster import GPU_STATES, gpu_states
 from themis_slurm.api.slurmconf import SlurmConfInfo
 from themis_slurm.core.decision import KeptBy, Outcome
+from themis_slurm.core.placement import LEVEL_NAMES, Profile, get_profile
 from themis_slurm.core.tenancy import FLAT, Entity
 from themis_slurm.slurm.eligibility import ineligible
 from themis_slurm.slurm.model import ManagedJob, Snapshot
 from themis_slurm.state.finish import finish_times
 from themis_slurm.state.held import held_for_granted
 from themis_slurm.state.intents import HELD_FOR_GRANTED, MOVING, Intent
-from themis_slurm.state.jobs import effective_ckpt, unsaved_work
+from themis_slurm.state.jobs import effective_ckpt, profile_of, unknown_profile_note, unsaved_work
 from themis_slurm.state.reader import StateReader
 from themis_slurm.state.round_input import RoundTerms
 from themis_slurm.state.rows import AppRow, DecisionRow, JobRow, StoredTenancy
@@ -645,7 +646,23 @@ def explain_view(ctx: Context, job_id: str, params: Mapping[str, str]) -> Doc:
                   "remaining_s": None if job["lease_end"] is None else max(0.0, job["lease_end"] - ctx.now)},
         "events": [{"time": e.time, "kind": e.kind, "detail": e.detail} for e in ctx.state.events_of(job_id)],
         "estimate": _estimate_doc(row),
+        "profile": _profile_doc(ctx, _managed(ctx).get(job_id)),
     }
+
+
+def _profile_doc(ctx: Context, m: ManagedJob | None) -> Doc | None:
+    """The model class themisd places the job with: the name it asked for (its trusted record's model or
+    sens), the class used and its factors per level, whether built in or the site's (themis.yaml
+    ``models:``, from the configuration in ``round_terms``), and why it is the default class when themisd
+    does not know the name (state/jobs.py). None for a job not in Slurm's view."""
+    if m is None:
+        return None
+    site = ctx.round_terms.profiles if ctx.round_terms is not None else {}
+    ref = profile_of(m, site)
+    prof = get_profile(ref)
+    return {"asked": m.profile or None, "name": prof.name, "factors": dict(zip(LEVEL_NAMES, prof.factors, strict=True)),
+            "defined_by": "themis.yaml" if isinstance(ref, Profile) else "built-in", "source": prof.source,
+            "note": unknown_profile_note(m, site) if ctx.round_terms is not None else ""}
 
 
 def _tenancy_explain(ctx: Context, job: Doc, rounds: list[Doc]) -> Doc | None:

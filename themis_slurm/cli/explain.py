@@ -80,6 +80,8 @@ def render_explain(doc: dict[str, Any], opts: TableOptions) -> str:
         lines.append(_saves(job))
     lines.append(f"Placement: planned {nodes_text(place['planned']) or '-'}; granted "
                  f"{nodes_text(place['granted']) or '-'}; now {nodes_text(place['current']) or '-'}")
+    if doc.get("profile"):
+        lines.append(_profile(doc["profile"], (job.get("placement") or {}).get("level")))
     if doc["rounds"]:
         lines += ["", "Last rounds of its app (newest first):",
                   render(doc["rounds"], ROUND_COLUMNS, [c.name for c in ROUND_COLUMNS], opts)]
@@ -90,6 +92,16 @@ def render_explain(doc: dict[str, Any], opts: TableOptions) -> str:
         lines += ["", "Recent corrections:"]
         lines += [f"  {clock(e['time'])} {e['kind']}: {e['detail']}" for e in doc["events"]]
     return "\n".join(lines)
+
+
+def _profile(prof: dict[str, Any], level: str | None) -> str:
+    """The model class the job is placed with, its factors, and the one its GPUs now give it."""
+    factors = prof["factors"]
+    text = (f"Class:     {prof['name']} ({prof['defined_by']}): "
+            + ", ".join(f"{lv} {f:.2f}" for lv, f in factors.items()))
+    if level in factors:
+        text += f"; now placed at {level} level: x{factors[level]:.2f}"
+    return text + (f"; {prof['note']}" if prof["note"] else "")
 
 
 _SAVES = {"warning": "at Themis's warning", "never": "never (a preemption loses its whole run)"}

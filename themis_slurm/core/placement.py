@@ -4,7 +4,10 @@ Throughput model (Themis, NSDI 2020; the authors' simulator model_stats/themis/*
 docs/design.md): a job running on a GPU set G progresses at ``|G| * factor(level(G))`` ideal GPU-seconds per
 second, where level is the widest boundary G crosses. Same machine is 1.0 in the authors' data; they do not
 distinguish NVLink islands inside a machine, so the model profiles use 1.0 at NODE level too. The named
-sensitivity classes (our own, for jobs that give no model) add a small cross-island penalty for `high`.
+sensitivity classes (our own, for jobs that give no model) add a small cross-island penalty for `high`. The
+modern model classes (transformer-dp, transformer-tp, moe, finetune) say where their numbers come from in
+their `source`. A site defines or overrides classes in themis.yaml; those reach the core as Profile objects
+on the jobs that name them (:func:`site_profile`): the built-in table is never changed.
 
 :class:`Pool` is the free-GPU index used inside one round: it finds the tightest placement for a gang
 (island, then node, then rack, then anywhere), best-fit at each level so that large holes stay whole for
@@ -16,17 +19,24 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from themis_slurm.core.topology import Level, Topology
+
+#: The placement levels in the order of :attr:`Profile.factors` (themis.yaml's ``models:`` names them so).
+LEVEL_NAMES: tuple[str, str, str, str] = ("island", "node", "rack", "cluster")
 
 
 @dataclass(frozen=True, slots=True)
 class Profile:
-    """Slow-down factors per placement level: (island, node, rack, cluster), each in (0, 1]."""
+    """Slow-down factors per placement level: (island, node, rack, cluster), each in (0, 1], never growing with
+    distance. `source` says where the numbers come from (a measurement, cited, or an estimate and why);
+    `about` which jobs the class describes (the user guide's table is generated from both)."""
 
     name: str
     factors: tuple[float, float, float, float]
     source: str = ""
+    about: str = ""
 
     def __post_init__(self) -> None:
         if len(self.factors) != 4 or not all(0.0 < f <= 1.0 for f in self.factors):
@@ -43,48 +53,99 @@ class Profile:
         return self.factors[Level.RACK] < 0.95
 
 
-_PAPER = "Themis NSDI 2020, authors' simulator model_stats/themis/*.json (themis-facts.md)"
-_OURS = "themis-slurm sensitivity class (our assumption, docs/design.md)"
+_PAPER = "measured: Themis NSDI 2020, the authors' simulator model_stats/themis/*.json (themis-facts.md)"
+_OURS = "themis-slurm sensitivity class (our round numbers, docs/design.md)"
+# Gavel (Narayanan et al., OSDI 2020), scheduler/simulation_throughputs.json (a copy in
+# /work/shared/traces/gavel, MIT licence): steps/s of its PyTorch data-parallel Transformer (batch 16..256)
+# on 2, 4 and 8 V100s spread over servers ("v100_unconsolidated") against the same job on one server ("v100").
+# tests/unit/core/test_model_classes.py recomputes the median from that file.
+_GAVEL_DP = ("measured: Gavel (Narayanan et al., OSDI 2020) scheduler/simulation_throughputs.json, data-parallel "
+             "Transformer on 2-8 V100s over several servers vs one: median 0.54 of 15 runs (0.28-0.77); "
+             "cross-rack 0.54^2, as in the Themis authors' data, where cross-rack is cross-machine squared "
+             "within 0.01 for every model")
+_TP = ("estimate: tensor parallelism all-reduces activations twice per layer forward and twice backward "
+       "(Megatron-LM, Shoeybi et al. 2019, sec. 3), on the critical path, and is meant for one NVLink server "
+       "(Narayanan et al. SC21, sec. 3.3, takeaway 1): below transformer-dp at every level, and slowed by PCIe "
+       "between NVLink islands")
+_MOE = ("estimate: expert parallelism sends every token to its experts and back, an all-to-all per MoE layer "
+        "forward and backward; across servers it is bound by the network (on Ethernet, a Tutel user's step took "
+        "about n times as long on n nodes as on one, microsoft/tutel#187): between transformer-dp and "
+        "transformer-tp")
+_LORA = ("estimate: LoRA trains ~10,000x fewer parameters than full fine-tuning of GPT-3 175B (Hu et al., ICLR "
+         "2022), so the gradient all-reduce is small and the job compute-bound: the ResNet-like factors")
 
-#: Per-model profiles and sensitivity classes. Model factors are (same machine, same machine,
-#: cross-machine, cross-rack) from the authors' data; class factors are our own round numbers.
-PROFILES: Mapping[str, Profile] = {
+#: The built-in profiles: the authors' models (factors (same machine, same machine, cross-machine, cross-rack)
+#: from their data), our sensitivity classes (round numbers) and modern model classes, each with its source.
+#: Read-only: a site's own classes (themis.yaml ``models:``) reach the core as :class:`Profile` objects on its
+#: jobs (:func:`site_profile`), never by changing this table.
+PROFILES: Mapping[str, Profile] = MappingProxyType({
     p.name: p
     for p in (
-        Profile("vgg11", (1.0, 1.0, 0.75, 0.56), _PAPER),
-        Profile("vgg16", (1.0, 1.0, 0.72, 0.52), _PAPER),
-        Profile("vgg19", (1.0, 1.0, 0.70, 0.50), _PAPER),
-        Profile("alexnet", (1.0, 1.0, 0.80, 0.64), _PAPER),
-        Profile("resnet50", (1.0, 1.0, 0.98, 0.96), _PAPER),
-        Profile("resnet101", (1.0, 1.0, 0.98, 0.96), _PAPER),
-        Profile("resnet152", (1.0, 1.0, 0.98, 0.96), _PAPER),
-        Profile("inception3", (1.0, 1.0, 0.98, 0.96), _PAPER),
-        Profile("inception4", (1.0, 1.0, 0.98, 0.96), _PAPER),
-        Profile("googlenet", (1.0, 1.0, 0.98, 0.96), _PAPER),
-        Profile("high", (1.0, 0.95, 0.70, 0.50), _OURS),
-        Profile("medium", (1.0, 1.0, 0.80, 0.64), _OURS),
-        Profile("low", (1.0, 1.0, 0.98, 0.96), _OURS),
-        Profile("none", (1.0, 1.0, 1.0, 1.0), _OURS),
+        Profile("vgg11", (1.0, 1.0, 0.75, 0.56), _PAPER, "VGG-11 (CNN)"),
+        Profile("vgg16", (1.0, 1.0, 0.72, 0.52), _PAPER, "VGG-16 (CNN)"),
+        Profile("vgg19", (1.0, 1.0, 0.70, 0.50), _PAPER, "VGG-19 (CNN)"),
+        Profile("alexnet", (1.0, 1.0, 0.80, 0.64), _PAPER, "AlexNet (CNN)"),
+        Profile("resnet50", (1.0, 1.0, 0.98, 0.96), _PAPER, "ResNet-50 (CNN)"),
+        Profile("resnet101", (1.0, 1.0, 0.98, 0.96), _PAPER, "ResNet-101 (CNN)"),
+        Profile("resnet152", (1.0, 1.0, 0.98, 0.96), _PAPER, "ResNet-152 (CNN)"),
+        Profile("inception3", (1.0, 1.0, 0.98, 0.96), _PAPER, "Inception-v3 (CNN)"),
+        Profile("inception4", (1.0, 1.0, 0.98, 0.96), _PAPER, "Inception-v4 (CNN)"),
+        Profile("googlenet", (1.0, 1.0, 0.98, 0.96), _PAPER, "GoogLeNet (CNN)"),
+        Profile("transformer-dp", (1.0, 1.0, 0.54, 0.29), _GAVEL_DP,
+                "a dense transformer (BERT, GPT, ViT, Llama ...) trained data-parallel (DDP, FSDP, ZeRO)"),
+        Profile("transformer-tp", (1.0, 0.5, 0.25, 0.15), _TP,
+                "a transformer split by tensor (Megatron-style) parallelism, alone or with pipeline/data "
+                "parallelism: every layer communicates"),
+        Profile("moe", (1.0, 0.7, 0.4, 0.25), _MOE,
+                "a mixture-of-experts model with expert parallelism (Mixtral-, DeepSeek-MoE-like): all-to-all "
+                "every MoE layer"),
+        Profile("finetune", (1.0, 1.0, 0.98, 0.96), _LORA,
+                "LoRA/adapter fine-tuning, or full fine-tuning of a small model (a few GPUs, small gradients)"),
+        Profile("high", (1.0, 0.95, 0.70, 0.50), _OURS, "anything that exchanges a lot between GPUs (VGG-like)"),
+        Profile("medium", (1.0, 1.0, 0.80, 0.64), _OURS, "moderate communication (AlexNet-like)"),
+        Profile("low", (1.0, 1.0, 0.98, 0.96), _OURS, "little communication (ResNet-like): the default"),
+        Profile("none", (1.0, 1.0, 1.0, 1.0), _OURS, "no communication between GPUs: any GPUs will do"),
     )
-}
+})
 
+#: The placement sensitivity classes (``--themis-sens``); the other built-in names are models (``--themis-model``).
+SENS_CLASSES: tuple[str, ...] = ("high", "medium", "low", "none")
 DEFAULT_PROFILE = "low"
+#: A job's :attr:`~themis_slurm.core.workload.Job.profile`: a built-in profile's name, or a site's Profile.
+ProfileRef = str | Profile
 
 
 _UNPLACED = object()  # Pool.best's memo miss (None is a memoised "does not fit")
 
 
-def get_profile(name: str | None) -> Profile:
-    """Profile by model or class name; None gives the default class. Unknown names raise with the list."""
+def get_profile(name: ProfileRef | None) -> Profile:
+    """Profile by built-in name (case-insensitive), or the Profile itself (a site's class, carried by its job);
+    None gives the default class. Unknown names raise with the list."""
+    if name.__class__ is Profile:
+        return name  # type: ignore[return-value]
     found = PROFILES.get(name)  # type: ignore[arg-type]  # names are usually lower case already
     if found is not None:
         return found
     if name is None:
         return PROFILES[DEFAULT_PROFILE]
     try:
-        return PROFILES[name.lower()]
+        return PROFILES[name.lower()]  # type: ignore[union-attr]
     except KeyError:
         raise ValueError(f"unknown placement profile {name!r}; known: {', '.join(PROFILES)}") from None
+
+
+def site_profile(name: str | None, site: Mapping[str, Profile]) -> ProfileRef | None:
+    """What a job naming `name` gets as its Job.profile under a site's own classes (themis.yaml ``models:``):
+    the site's Profile where the site defines or overrides the name, the built-in name where only the core
+    knows it, None where neither does (the caller falls back to the default class and says so).
+
+    Built-in names the site leaves alone stay names, so without a ``models:`` section every Job is exactly what
+    it was before sites could define classes (the same kinds, the same decisions)."""
+    key = (name or "").lower()
+    found = site.get(key)
+    if found is not None:
+        return found
+    return key if key in PROFILES else None
 
 
 def allowed_nodes_on(topology: Topology, allowed: frozenset[str] | None) -> tuple[str, ...] | None:

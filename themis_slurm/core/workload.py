@@ -10,8 +10,12 @@ elastic jobs (any size from 1 to `gpus`, as in the authors' simulator's max para
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from themis_slurm.core.quick_init import quick_init
+
+if TYPE_CHECKING:
+    from themis_slurm.core.placement import ProfileRef
 
 #: Remaining work assumed for a job that has run past its estimate (a fraction of the estimate).
 OVERRUN_FRACTION = 0.05
@@ -38,7 +42,8 @@ class Job:
     gpus: int
     work: float
     done: float = 0.0
-    profile: str = "low"
+    #: its placement profile: a built-in name, or a site's own class as a Profile (core.placement.site_profile)
+    profile: ProfileRef = "low"
     gpus_per_node: int | None = None
     nodes: int | None = None
     elastic: bool = False
@@ -54,7 +59,7 @@ class Job:
     unsaved: float = 0.0
 
     @property
-    def kind(self) -> tuple[int, int | None, int | None, str, bool, frozenset[str] | None]:
+    def kind(self) -> tuple[int, int | None, int | None, ProfileRef, bool, frozenset[str] | None]:
         """Shape, profile and allowed nodes: two jobs of an app with the same kind are interchangeable (same
         throughput on the same GPUs, same rho, startable on the same nodes), so one may stand in for the
         other without changing the app's lot. The allowed nodes belong here: the auction places one job

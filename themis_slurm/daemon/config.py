@@ -28,6 +28,8 @@ import yaml
 
 from themis_slurm.core.arbiter import LEFTOVER_ORDERS, SOLVERS, ArbiterConfig
 from themis_slurm.core.calibration import CalibrationConfig
+from themis_slurm.core.placement import LEVEL_NAMES, PROFILES, Profile
+from themis_slurm.slurm.option_grammar import MODEL_NAME_EXPECTED, valid_model_name
 
 if TYPE_CHECKING:  # the CLI loads this module to read a config file; it needs no round input
     from themis_slurm.state.round_input import RoundTerms
@@ -263,6 +265,8 @@ class Config:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
     tenancy: TenancyConfig = field(default_factory=TenancyConfig)
+    #: the site's own model classes (``models:``): name -> Profile, new names and overrides of built-in ones
+    models: Mapping[str, Profile] = field(default_factory=dict)
     source: str = "<defaults>"
 
     @property
@@ -275,7 +279,13 @@ class Config:
         from themis_slurm.state.round_input import RoundTerms
 
         s = self.scheduler
-        return RoundTerms(self.mode == "enforce", s.lease_s, s.min_runtime_s, s.idle_throughput)
+        return RoundTerms(self.mode == "enforce", s.lease_s, s.min_runtime_s, s.idle_throughput, self.models)
+
+    @property
+    def new_models(self) -> tuple[str, ...]:
+        """The site's class names the built-in grammar does not know: job_submit.lua (``extra_models``) and the
+        SPANK plugin (``models=``) must list these; overrides of built-in names need nothing there."""
+        return tuple(sorted(n for n in self.models if n not in PROFILES))
 
     def restart_only_changes(self, new: Config) -> list[str]:
         """Keys whose change a SIGHUP cannot apply (they are bound at start): reported, not applied."""
@@ -555,6 +565,75 @@ _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
 }  # fmt: skip
 
 
+# ------------------------------------------------------------------------------------------ models
+NOTE_MAX_LEN = 200
+_MODEL_KEYS = ("factors", "note")
+_FACTORS_EXPECTED = ("a mapping of " + ", ".join(LEVEL_NAMES) + " to numbers in (0, 1] (or a list of four, in "
+                     "that order)")
+
+
+def _models(value: Any, source: str) -> dict[str, Profile]:
+    """themis.yaml ``models:``: class name -> ``{factors: {island: .., node: .., rack: .., cluster: ..}, note: ..}``.
+
+    A name that is built in (core.placement.PROFILES) overrides its factors; any other is a new model class,
+    which users give as ``--themis-model=<name>`` once job_submit.lua and the plugin list it too
+    (docs/admin-guide.md, "Model classes"). Factors are the throughput per GPU at each placement level
+    against the tightest: in (0, 1], never growing with distance (a wider placement is never faster)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{source}: models: value {_shown(value)} is not a mapping of class names to "
+                          "{factors: ..., note: ...}")
+    out: dict[str, Profile] = {}
+    for name, entry in value.items():
+        key = f"models.{name}"
+        if not valid_model_name(name):
+            raise ConfigError(f"{source}: {key}: the name {_shown(name)} is not {MODEL_NAME_EXPECTED}")
+        if not isinstance(entry, Mapping):
+            raise ConfigError(f"{source}: {key}: value {_shown(entry)} is not a mapping with factors (and "
+                              "an optional note)")
+        for sub in entry:
+            if sub not in _MODEL_KEYS:
+                raise ConfigError(f"{source}: {key}.{sub}: unknown key (accepted: {', '.join(_MODEL_KEYS)})")
+        if "factors" not in entry:
+            raise ConfigError(f"{source}: {key}: factors missing: give {_FACTORS_EXPECTED}")
+        factors = _factors(entry["factors"], source, f"{key}.factors")
+        note = entry.get("note", "")
+        if note is None:
+            note = ""
+        if not isinstance(note, str) or len(note) > NOTE_MAX_LEN:
+            raise ConfigError(f"{source}: {key}.note: value {_shown(note)} is not a text of at most "
+                              f"{NOTE_MAX_LEN} characters")
+        what = "overrides the built-in class" if name in PROFILES else "defines a class"
+        out[name] = Profile(name, factors, f"site: {source} {key} ({what})", note)
+    return out
+
+
+def _factors(value: Any, source: str, key: str) -> tuple[float, float, float, float]:
+    """The four factors of one class, by level name or as a list; every error names the level."""
+    if isinstance(value, list):
+        if len(value) != len(LEVEL_NAMES):
+            raise ConfigError(f"{source}: {key}: value {_shown(value)} is not {_FACTORS_EXPECTED}")
+        given = dict(zip(LEVEL_NAMES, value, strict=True))
+    elif isinstance(value, Mapping):
+        for level in value:
+            if level not in LEVEL_NAMES:
+                raise ConfigError(f"{source}: {key}.{level}: unknown level (accepted: {', '.join(LEVEL_NAMES)})")
+        missing = [lv for lv in LEVEL_NAMES if lv not in value]
+        if missing:
+            raise ConfigError(f"{source}: {key}: {', '.join(missing)} missing: give {_FACTORS_EXPECTED}")
+        given = dict(value)
+    else:
+        raise ConfigError(f"{source}: {key}: value {_shown(value)} is not {_FACTORS_EXPECTED}")
+    factors = tuple(_checked(source, f"{key}.{lv}", given[lv], fraction) for lv in LEVEL_NAMES)
+    for i in range(1, len(LEVEL_NAMES)):
+        if factors[i] > factors[i - 1]:
+            raise ConfigError(f"{source}: {key}.{LEVEL_NAMES[i]}: value {factors[i]:g} is above "
+                              f"{LEVEL_NAMES[i - 1]} ({factors[i - 1]:g}): a wider placement is never faster, so "
+                              "the factors must not grow from island to cluster")
+    return factors  # type: ignore[return-value]
+
+
 def _shown(v: Any) -> str:
     text = repr(v) if isinstance(v, str) else str(v)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -568,9 +647,12 @@ def parse(data: Any, source: str = "themis.yaml") -> Config:
         raise ConfigError(f"{source}: the file must be a mapping of keys to values, not {type(data).__name__}")
     top: dict[str, Any] = {}
     sections: dict[str, Any] = {}
-    known = [*_TOP, *_SECTIONS]
+    known = [*_TOP, *_SECTIONS, "models"]
+    models: dict[str, Profile] = {}
     for key, value in data.items():
-        if key in _TOP:
+        if key == "models":
+            models = _models(value, source)
+        elif key in _TOP:
             top[key] = _checked(source, str(key), value, _TOP[key])
         elif key in _SECTIONS:
             cls, checks = _SECTIONS[key]
@@ -587,7 +669,7 @@ def parse(data: Any, source: str = "themis.yaml") -> Config:
             sections[key] = cls(**fields)
         else:
             raise ConfigError(f"{source}: {key}: unknown key (accepted: {', '.join(known)})")
-    cfg = Config(**top, **sections, source=source)
+    cfg = Config(**top, **sections, models=models, source=source)
     if cfg.scheduler.lease_s < cfg.poll_interval_s:
         raise ConfigError(f"{source}: scheduler.lease_minutes: value {cfg.scheduler.lease_minutes:g} "
                           f"({cfg.scheduler.lease_s:g} s) is shorter than poll_interval_s "
@@ -645,7 +727,7 @@ def load_for_client(file: str | Path = DEFAULT_PATH) -> tuple[Config, tuple[str,
     if isinstance(data, Mapping):
         kept: dict[Any, Any] = {}
         for key, value in data.items():
-            if key in _TOP:
+            if key in _TOP or key == "models":  # models: names of the site's choosing, no fixed keys
                 kept[key] = value
             elif key in _SECTIONS and isinstance(value, Mapping):
                 checks = _SECTIONS[key][1]

@@ -57,7 +57,7 @@ from themis_slurm.daemon.tenancy import TenancyKeeper
 from themis_slurm.gc_pause import collector_paused
 from themis_slurm.slurm.model import ManagedJob, SlurmBackend, Snapshot
 from themis_slurm.slurm.shares import SharesReader
-from themis_slurm.state.jobs import done_and_work, submitted
+from themis_slurm.state.jobs import done_and_work, submitted, unknown_profile_note
 from themis_slurm.state.record import RoundFacts, record_round
 from themis_slurm.state.round_input import cluster_gpus_of
 from themis_slurm.state.rows import AppRow, BookRow, JobRow, Learned
@@ -236,6 +236,8 @@ def _record_fix(d: Daemon, c: Cycle, fix: Fix) -> None:
     if fix.kind == "started" and mj is not None and fix.before is not None:
         _check_placement(d, c.snap.topology, fix.before, mj)
     level = logging.DEBUG if fix.kind == "new" and fix.action is None else logging.INFO
+    if fix.kind in ("new", "adopted") and mj is not None and unknown_profile_note(mj, d.cfg.models):
+        level = logging.WARNING  # a class job_submit.lua accepts and themis.yaml lacks (config check says so)
     log.log(level, "%s app=%s job=%s: %s", fix.kind, fix.app_key, fix.job_id, fix.reason)
 
 

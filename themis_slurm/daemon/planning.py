@@ -80,7 +80,7 @@ def account(row: JobRow, mj: ManagedJob, topo: Topology, now: float, cfg: Config
         dt = max(0.0, now - since)
         ids = [g for g in mj.gpu_ids if 0 <= g < topo.size]
         n = len(ids) or mj.gpus
-        factor = get_profile(profile_of(mj)).factor(topo.level_of(ids)) if ids else 1.0
+        factor = get_profile(profile_of(mj, cfg.models)).factor(topo.level_of(ids)) if ids else 1.0
         service += n * dt
         done_svc += n * factor * dt
         until = now

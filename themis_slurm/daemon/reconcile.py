@@ -33,6 +33,7 @@ from themis_slurm.daemon.config import Config
 from themis_slurm.daemon.estimates import estimate
 from themis_slurm.slurm.model import ManagedJob
 from themis_slurm.state.intents import Intent
+from themis_slurm.state.jobs import unknown_profile_note
 from themis_slurm.state.rows import JobRow
 
 #: Backend actions a Fix may ask for (SlurmBackend method names).
@@ -108,13 +109,15 @@ def reconcile(now: float, jobs: Mapping[str, ManagedJob], rows: Mapping[str, Job
         row = rows.get(jid)
         if row is None:
             fresh = new_row(mj, cfg, now)
+            unknown = unknown_profile_note(mj, cfg.models)  # logged, and kept for `themis explain`
+            unknown = f"; {unknown}" if unknown else ""
             if mj.state == RUNNING:
-                out.append(Fix(jid, "adopted", "found running without a Themis start: adopted with a lease",
-                               running_row(fresh, mj, now, cfg.scheduler.lease_s, adopted=True),
+                out.append(Fix(jid, "adopted", "found running without a Themis start: adopted with a lease"
+                               + unknown, running_row(fresh, mj, now, cfg.scheduler.lease_s, adopted=True),
                                app_key=mj.app_key))
             else:
                 needs_hold = enforce and mj.state == PENDING and not mj.held
-                out.append(Fix(jid, "new", "new job" + (" found released: held" if needs_hold else ""),
+                out.append(Fix(jid, "new", "new job" + (" found released: held" if needs_hold else "") + unknown,
                                fresh, "hold" if needs_hold else None, app_key=mj.app_key))
             continue
         fix = _one(now, mj, row, cfg) if enforce else _observe(now, mj, row, cfg)

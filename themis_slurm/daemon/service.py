@@ -37,6 +37,7 @@ from themis_slurm.daemon.heartbeat import write_heartbeat
 from themis_slurm.daemon.loop import Daemon
 from themis_slurm.daemon.metrics import Metrics
 from themis_slurm.daemon.sdnotify import Notifier
+from themis_slurm.daemon.site_models import disagreements
 from themis_slurm.slurm.model import SlurmBackend
 from themis_slurm.state.disk import (
     LOCK_NAME,
@@ -121,6 +122,13 @@ def check_job_submit_mode(cfg: Config) -> None:
                   "start; set mode = \"observe\" in %s", cfg.slurm.job_submit_conf)
 
 
+def check_site_models(cfg: Config) -> None:
+    """Warns when themis.yaml's own model classes and the lists of job_submit.lua and the SPANK plugin differ
+    (daemon/site_models.py: jobs refused at submit, or placed as the default class)."""
+    for problem in disagreements(cfg):
+        log.warning("model classes: %s", problem)
+
+
 @dataclass
 class Outage:
     """An episode of cycles that could not write the state database: logged once, counted, ended once."""
@@ -172,6 +180,7 @@ class Service:
             daemon.reload(new)
             setup_logging(daemon.cfg.log_level)
             check_job_submit_mode(daemon.cfg)
+            check_site_models(daemon.cfg)
             log.info("config reloaded from %s", self.path)
             self.metrics.config_reloads.labels("applied").inc()
         self.notifier.ready()
@@ -211,6 +220,7 @@ class Service:
             log.info("metrics on http://%s/metrics", self.cfg.metrics.listen)
         api = self._start_api(daemon)
         check_job_submit_mode(self.cfg)
+        check_site_models(self.cfg)
         log.info("themisd started: mode=%s poll=%gs lease=%gmin state=%s schema=v%d", self.cfg.mode,
                  self.cfg.poll_interval_s, self.cfg.scheduler.lease_minutes, self.cfg.db_path, store.version)
         wd = self.notifier.watchdog_interval_s()

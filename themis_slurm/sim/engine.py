@@ -87,7 +87,7 @@ from themis_slurm.core.calibration import (
     with_present,
 )
 from themis_slurm.core.decision import Decision
-from themis_slurm.core.placement import DEFAULT_PROFILE, get_profile
+from themis_slurm.core.placement import DEFAULT_PROFILE, Profile, ProfileRef, get_profile, site_profile
 from themis_slurm.core.state import ClusterState
 from themis_slurm.core.tenancy import FLAT, Entity, Tenancy, TenantBook
 from themis_slurm.core.tenancy import contention as tenancy_contention
@@ -137,7 +137,12 @@ class SimConfig:
         charges what Themis assumes; ``themis simulate --restart-cost`` sets both.
     estimate_error: how wrong the work estimates policies see are.
     seed: for the estimate errors (policies get their own seeds).
-    default_profile: placement profile of jobs whose model has none.
+    default_profile: placement profile of jobs whose model has none (built in, or one of `profiles`).
+    profiles: a site's own model classes (themis.yaml ``models:``, :attr:`Config.models
+        <themis_slurm.daemon.config.Config.models>`): they override the built-in classes of the same name,
+        and `default_profile` may name one; the jobs carry them into the policies as themisd's do. Trace
+        models are the built-in names only (sim/trace.py), so a class of a new name applies through
+        `default_profile`. Empty (the default): the built-in table, as before sites could define classes.
     elastic: make every job elastic (it may run on 1..gpus GPUs).
     node_shaped: a job wider than a node asks Slurm-style for whole nodes (``nodes x gpus_per_node``).
     validate: check every decision (leave on; off only for benchmarking a trusted policy).
@@ -177,6 +182,7 @@ class SimConfig:
     tenancy: Tenancy = FLAT
     no_checkpoint: float = 0.0
     tell_unsaved: bool = True
+    profiles: Mapping[str, Profile] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.no_checkpoint <= 1.0:
@@ -189,7 +195,8 @@ class SimConfig:
             raise ValueError(f"restart_cost_s must be >= 0 seconds, got {self.restart_cost_s}")
         if not self.coalesce_s >= 0:
             raise ValueError(f"coalesce_s must be >= 0, got {self.coalesce_s}")
-        get_profile(self.default_profile)
+        if site_profile(self.default_profile, self.profiles) is None:
+            get_profile(self.default_profile)  # raises, naming the built-in profiles
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +210,7 @@ class JobResult:
     job_id: str
     app_id: str
     gpus: int
-    profile: str
+    profile: ProfileRef  # a built-in name, or a site's class (SimConfig.profiles)
     arrival: float
     first_start: float
     finish: float
@@ -265,7 +272,7 @@ class _J:
         "reported", "hold_from", "holds", "ckpt", "run_done0", "lost",
     )  # fmt: skip
 
-    def __init__(self, tj: TraceJob, est: float, profile: str, gpn: int | None, nodes: int | None, elastic: bool):
+    def __init__(self, tj: TraceJob, est: float, profile: ProfileRef, gpn: int | None, nodes: int | None, elastic: bool):
         self.tj = tj
         self.id = tj.job_id
         self.app = tj.app_id
@@ -450,7 +457,8 @@ class Simulator:
             raise ValueError(f"job {tj.job_id} gangs {tj.gpus} GPUs but the cluster has {self.topo.size}")
         if nodes is not None and nodes > len(self.topo.node_gpus):
             raise ValueError(f"job {tj.job_id} needs {nodes} whole nodes but the cluster has {len(self.topo.node_gpus)}")
-        profile = tj.model or self.cfg.default_profile
+        profile = site_profile(tj.model or self.cfg.default_profile, self.cfg.profiles)
+        assert profile is not None  # trace models are built-in names; default_profile is checked in SimConfig
         believed = tj.estimate_s if tj.estimate_s is not None else tj.duration_s  # e.g. a Slurm time limit
         j = _J(tj, believed * tj.gpus * factor, profile, gpn, nodes, elastic)
         self._jobs[j.id] = j

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from os import PathLike
 
+from themis_slurm.core.placement import PROFILES, SENS_CLASSES
+
 # Model names of the placement profiles (authors' model_stats/themis/*.json, see docs: themis-facts.md,
 # "Placement sensitivity"). The core placement model must use the same names.
 PROFILE_MODELS: tuple[str, ...] = (
@@ -30,6 +32,11 @@ PROFILE_MODELS: tuple[str, ...] = (
     "inception4",
     "googlenet",
 )
+#: Every model a trace may name: the paper's ten above (which the paper's workload draws from) and the
+#: modern classes of the core (transformer-dp, transformer-tp, moe, finetune), e.g. in a replayed sacct
+#: history whose jobs gave --themis-model=moe.
+TRACE_MODELS: frozenset[str] = frozenset(n for n in PROFILES if n not in SENS_CLASSES)
+assert set(PROFILE_MODELS) <= TRACE_MODELS, "the paper's models are core profiles"
 # Network-heavy models: cross-machine factor <= 0.80 in the authors' profiles; the rest are >= 0.98.
 SENSITIVE_MODELS: frozenset[str] = frozenset({"vgg11", "vgg16", "vgg19", "alexnet"})
 INSENSITIVE_MODELS: frozenset[str] = frozenset(PROFILE_MODELS) - SENSITIVE_MODELS
@@ -49,10 +56,14 @@ def normalize_model(raw: str | None) -> str | None:
     """Map a source's model name to a placement-profile name, or None when there is no profile.
 
     Sources spell models differently ('inception_v3', 'ResNet-50 (batch size 64)', 'VGG16'); the simulator
-    only knows the ten profile names, and anything else gets its default sensitivity.
+    knows the profile names (:data:`TRACE_MODELS`: a modern class is matched by its exact name, e.g. 'moe',
+    'transformer-dp'), and anything else gets its default sensitivity.
     """
     if raw is None:
         return None
+    exact = raw.strip().lower()
+    if exact in TRACE_MODELS:
+        return exact
     key = _NON_ALNUM.sub("", _PARENS.sub("", raw).lower())
     key = _MODEL_ALIASES.get(key, key)
     return key if key in PROFILE_MODELS else None
@@ -127,7 +138,7 @@ class TraceJob:
         arrival_s: submission time, seconds from the trace's origin (>= 0).
         gpus: GPUs the job gangs (its maximum parallelism).
         duration_s: run time on ``gpus`` GPUs with ideal (same-machine) placement, seconds.
-        model: placement-profile name (see PROFILE_MODELS) or None for the simulator's default sensitivity.
+        model: placement-profile name (see TRACE_MODELS) or None for the simulator's default sensitivity.
         line: line in the source file, for messages; None for generated jobs.
         estimate_s: what the submitter estimated the run to take (a Slurm time limit), seconds; None when the
             source has none (or the limit was unlimited).
@@ -167,8 +178,8 @@ class TraceJob:
             raise ValueError(f"job {self.job_id!r}: arrival_s must be finite and >= 0, got {self.arrival_s!r}")
         if not (math.isfinite(self.duration_s) and self.duration_s > 0):
             raise ValueError(f"job {self.job_id!r}: duration_s must be finite and > 0, got {self.duration_s!r}")
-        if self.model is not None and self.model not in PROFILE_MODELS:
-            raise ValueError(f"job {self.job_id!r}: model {self.model!r} is not a profile name {PROFILE_MODELS}")
+        if self.model is not None and self.model not in TRACE_MODELS:
+            raise ValueError(f"job {self.job_id!r}: model {self.model!r} is not a profile name {sorted(TRACE_MODELS)}")
         if self.estimate_s is not None and not (math.isfinite(self.estimate_s) and self.estimate_s > 0):
             raise ValueError(f"job {self.job_id!r}: estimate_s must be finite and > 0, got {self.estimate_s!r}")
         if self.checkpoint_s is not None and not self.checkpoint_s > 0:

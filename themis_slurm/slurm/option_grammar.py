@@ -15,7 +15,11 @@ documentation that tells users what is accepted. They must agree, so the grammar
 C and Lua; the shared case table in tests/unit/slurm/option_cases.py runs against both.
 
 The known models are the placement profiles of the core (``core.placement.PROFILES``): a model the server
-accepts is one the arbiter can score, by construction.
+accepts is one the arbiter can score, by construction. A site's own classes (themis.yaml ``models:``, read by
+themisd) are added at run time, not here: job_submit.lua takes their names from its config file
+(``extra_models``), the SPANK plugin from its plugstack.conf line (``models=a,b``); both check them against
+the name rule below (:data:`MODEL_NAME_EXPECTED`), and ``themis config check`` says when the three lists
+disagree (daemon/site_models.py). The user guide's table of model classes is generated from the profiles too.
 """
 
 from __future__ import annotations
@@ -25,12 +29,16 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from themis_slurm.core.placement import PROFILES
+from themis_slurm.core.placement import LEVEL_NAMES, PROFILES, SENS_CLASSES
 
-#: Placement sensitivity classes a user may name instead of a model (core.placement's class profiles).
-SENS_CLASSES: tuple[str, ...] = ("high", "medium", "low", "none")
-#: Models with a measured placement profile (the core's profiles minus the classes).
+#: Models with a built-in placement profile (the core's profiles minus the sensitivity classes).
 MODELS: tuple[str, ...] = tuple(name for name in PROFILES if name not in SENS_CLASSES)
+#: The rule for a site's own class names (themis.yaml ``models:``, job_submit.lua's ``extra_models``, the
+#: plugin's ``models=``): short, lower case, safe inside ``--comment=themis:`` and the AdminComment record.
+MODEL_NAME_MAX_LEN = 32
+MODEL_NAME_PUNCT = "-_."            # besides lower-case letters and digits; the first is a letter or digit
+MODEL_NAME_EXPECTED = (f"a name of 1 to {MODEL_NAME_MAX_LEN} lower-case letters, digits, '-', '_' or '.' "
+                       "starting with a letter or digit")
 APP_MAX_LEN = 64
 APP_PUNCT = "_.-"                   # besides letters and digits; the first character is a letter or digit
 EST_MAX_S = 365 * 86400
@@ -38,6 +46,13 @@ EST_MAX_S = 365 * 86400
 #: the default) and no (it never does: a preemption loses its whole run). An interval is a duration.
 CKPT_WORDS: tuple[str, ...] = ("yes", "no")
 assert set(SENS_CLASSES) <= set(PROFILES), "every sensitivity class is a core placement profile"
+
+
+def valid_model_name(name: object) -> bool:
+    """Whether `name` may name a site's own class (:data:`MODEL_NAME_EXPECTED`); the C and Lua checks agree."""
+    return (isinstance(name, str) and 0 < len(name) <= MODEL_NAME_MAX_LEN and name.isascii()
+            and (name[0].islower() or name[0].isdigit())
+            and all(c.islower() or c.isdigit() or c in MODEL_NAME_PUNCT for c in name))
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +77,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("app", "name", "Themis app: groups your jobs into one app for fairness (default: the job, "
            "or the array)",
            f"a name of 1 to {APP_MAX_LEN} letters, digits, '_', '.' or '-' starting with a letter or digit"),
-    Option("model", "model", "Themis placement profile of a known model (not with --themis-sens)",
-           "one of " + ", ".join(MODELS)),
+    Option("model", "model", "Themis model class: the placement profile of the job's model, e.g. transformer-dp "
+           "(not with --themis-sens)", "one of " + ", ".join(MODELS)),
     Option("sens", "class", "Themis placement sensitivity: high, medium, low or none (not with "
            "--themis-model)", "one of " + ", ".join(SENS_CLASSES)),
     Option("est", "duration", "Themis estimate of the run time on the GPUs requested, e.g. 6h, 90m, "
@@ -83,6 +98,7 @@ HEADER = SITE / "spank" / "themis_grammar.h"
 LUA = SITE / "slurm" / "job_submit.lua"
 GUIDE = REPO / "docs" / "user-guide.md"
 BEGIN, END = "BEGIN GENERATED GRAMMAR", "END GENERATED GRAMMAR"
+MODELS_BEGIN, MODELS_END = "BEGIN GENERATED MODELS", "END GENERATED MODELS"  # the user guide's class table
 _NOTE = "generated from themis_slurm/slurm/option_grammar.py (python -m themis_slurm.slurm.option_grammar " \
         "--write): do not edit"
 
@@ -98,7 +114,10 @@ def _lua_str(s: str) -> str:
 def render_c_header() -> str:
     lines = [f"/* themis_grammar.h - {_NOTE}. */", "#ifndef THEMIS_GRAMMAR_H", "#define THEMIS_GRAMMAR_H", "",
              f"#define THEMIS_APP_MAX_LEN {APP_MAX_LEN}", f"#define THEMIS_APP_PUNCT {_c_str(APP_PUNCT)}",
-             f"#define THEMIS_EST_MAX_S {EST_MAX_S}L", f"#define THEMIS_SPANK_ENV {_c_str(SPANK_ENV_NAME)}", "",
+             f"#define THEMIS_EST_MAX_S {EST_MAX_S}L", f"#define THEMIS_SPANK_ENV {_c_str(SPANK_ENV_NAME)}",
+             f"#define THEMIS_MODEL_NAME_MAX_LEN {MODEL_NAME_MAX_LEN}",
+             f"#define THEMIS_MODEL_NAME_PUNCT {_c_str(MODEL_NAME_PUNCT)}",
+             f"#define THEMIS_MODEL_NAME_EXPECTED {_c_str(MODEL_NAME_EXPECTED)}", "",
              "struct themis_option {", "    const char *key;      /* --comment key; the option is --themis-<key> */",
              "    const char *arginfo;", "    const char *usage;", "    const char *expected;", "};", "",
              "static const struct themis_option themis_options[] = {"]
@@ -124,6 +143,9 @@ def render_lua_block() -> str:
              "local APP_PATTERN = \"^[A-Za-z0-9][A-Za-z0-9" + "".join("%" + c for c in APP_PUNCT) + "]*$\"",
              f"local MAX_EST_SECONDS = {EST_MAX_S}",
              f"local SPANK_ENV_NAME = {_lua_str(SPANK_ENV_NAME)}",
+             f"local MODEL_NAME_MAX_LEN = {MODEL_NAME_MAX_LEN}",
+             "local MODEL_NAME_PATTERN = \"^[a-z0-9][a-z0-9" + "".join("%" + c for c in MODEL_NAME_PUNCT) + "]*$\"",
+             f"local MODEL_NAME_EXPECTED = {_lua_str(MODEL_NAME_EXPECTED)}",
              "local KNOWN_KEYS = " + lua_list(tuple(o.key for o in OPTIONS)),
              "local KNOWN_MODELS = " + lua_list(MODELS),
              "local KNOWN_SENS = " + lua_list(SENS_CLASSES),
@@ -144,26 +166,47 @@ def render_markdown() -> str:
         lines.append(f"| `{o.flag}=<{o.arginfo}>` | `{o.key}=` | `{o.env}` | {o.expected} |")
     lines += ["", f"`{OPTIONS[1].flag}` and `{OPTIONS[2].flag}` are mutually exclusive. Keys are "
               "case-insensitive in `--comment`; model, class, ckpt and duration values are case-insensitive; app "
-              "names are kept as written.", f"<!-- {END} -->"]
+              f"names are kept as written. Your site may add model classes of its own to `{OPTIONS[1].flag}`: a "
+              "name it does not know is refused with the list it accepts.", f"<!-- {END} -->"]
     return "\n".join(lines)
 
 
-def _replace_block(text: str, block: str, path: Path) -> str:
-    """``text`` with the lines from the BEGIN marker to the END marker replaced by ``block``."""
+def render_models_markdown() -> str:
+    """The user guide's table of the built-in classes (what to pick, the factors, where they come from)."""
+    lines = [f"<!-- {MODELS_BEGIN} ({_NOTE}) -->",
+             "| class | give it as | pick it for | " + " | ".join(LEVEL_NAMES) + " |",
+             "|---|---|---|" + "---:|" * len(LEVEL_NAMES)]
+    for name, prof in PROFILES.items():
+        flag = "--themis-sens" if name in SENS_CLASSES else "--themis-model"
+        lines.append(f"| `{name}` | `{flag}={name}` | {prof.about} | "
+                     + " | ".join(f"{f:.2f}" for f in prof.factors) + " |")
+    lines += ["", "Where the numbers come from:", ""]
+    by_source: dict[str, list[str]] = {}
+    for name, prof in PROFILES.items():
+        by_source.setdefault(prof.source, []).append(name)
+    for source, names in by_source.items():
+        lines.append(f"* {', '.join(f'`{n}`' for n in names)}: {source}")
+    lines.append(f"<!-- {MODELS_END} -->")
+    return "\n".join(lines)
+
+
+def _replace_block(text: str, block: str, path: Path, begin: str = BEGIN, end: str = END) -> str:
+    """``text`` with the lines from the `begin` marker to the `end` marker replaced by ``block``."""
     lines = text.split("\n")
-    starts = [i for i, line in enumerate(lines) if BEGIN in line]
-    ends = [i for i, line in enumerate(lines) if END in line]
+    starts = [i for i, line in enumerate(lines) if begin in line]
+    ends = [i for i, line in enumerate(lines) if end in line]
     if len(starts) != 1 or len(ends) != 1 or ends[0] < starts[0]:
-        raise SystemExit(f"{path}: expected one '{BEGIN}' line followed by one '{END}' line")
+        raise SystemExit(f"{path}: expected one '{begin}' line followed by one '{end}' line")
     return "\n".join(lines[: starts[0]] + block.split("\n") + lines[ends[0] + 1:])
 
 
 def targets() -> dict[Path, str]:
     """Each generated file with the content it must have."""
+    guide = _replace_block(GUIDE.read_text(), render_markdown(), GUIDE)
     return {
         HEADER: render_c_header(),
         LUA: _replace_block(LUA.read_text(), render_lua_block(), LUA),
-        GUIDE: _replace_block(GUIDE.read_text(), render_markdown(), GUIDE),
+        GUIDE: _replace_block(guide, render_models_markdown(), GUIDE, MODELS_BEGIN, MODELS_END),
     }
 
 

@@ -9,8 +9,10 @@ reports (:func:`done_and_work`); its submit time is the first one themisd saw (:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from types import MappingProxyType
 
-from themis_slurm.core.placement import PROFILES
+from themis_slurm.core.placement import DEFAULT_PROFILE, Profile, ProfileRef, site_profile
 from themis_slurm.core.workload import REPORT_MIN_REMAINING, Job, refine_by_progress
 from themis_slurm.slurm.model import ManagedJob
 from themis_slurm.state.rows import JobRow
@@ -87,10 +89,26 @@ def unsaved_work(row: JobRow, ckpt_s: float | None, now: float, done: float) -> 
     return min(done, max(0.0, row.done_service - kept_after(row, ckpt_s, now)))
 
 
-def profile_of(job: ManagedJob) -> str:
-    """The placement profile name; unknown names (a newer job_submit.lua) fall back to the default class."""
-    name = (job.profile or "").lower()
-    return name if name in PROFILES else "low"
+NO_SITE_MODELS: Mapping[str, Profile] = MappingProxyType({})
+
+
+def profile_of(job: ManagedJob, site: Mapping[str, Profile] = NO_SITE_MODELS) -> ProfileRef:
+    """The job's Job.profile: its model's or class's, a site's own class as its Profile (themis.yaml
+    ``models:``, :func:`~themis_slurm.core.placement.site_profile`); a name themisd does not know (one that
+    job_submit.lua accepts but themis.yaml does not define, or a newer job_submit.lua's) falls back to the
+    default class, as :func:`unknown_profile_note` says."""
+    found = site_profile(job.profile, site)
+    if found is not None:
+        return found
+    return site.get(DEFAULT_PROFILE, DEFAULT_PROFILE)
+
+
+def unknown_profile_note(job: ManagedJob, site: Mapping[str, Profile] = NO_SITE_MODELS) -> str:
+    """Why the job is placed as the default class although it named another, or "" when it is not."""
+    if not job.profile or site_profile(job.profile, site) is not None:
+        return ""
+    return (f"model {job.profile!r} is unknown to themisd (neither built in nor in themis.yaml models): placed "
+            f"as the default class {DEFAULT_PROFILE}")
 
 
 def shape_of(job: ManagedJob) -> tuple[int | None, int | None]:
@@ -124,9 +142,10 @@ def submitted(row: JobRow, job: ManagedJob) -> float:
 
 def core_job(
     job: ManagedJob, work: float, done: float, preemptible: bool, service_s: float, submit: float,
-    unsaved: float = 0.0,
+    unsaved: float = 0.0, site: Mapping[str, Profile] = NO_SITE_MODELS,
 ) -> Job:
-    """The arbiter's view of one managed job; `submit` is :func:`submitted`, `unsaved` :func:`unsaved_work`."""
+    """The arbiter's view of one managed job; `submit` is :func:`submitted`, `unsaved` :func:`unsaved_work`,
+    `site` the site's own model classes (:func:`profile_of`)."""
     gpn, nodes = shape_of(job)
     return Job(
         id=job.job_id,
@@ -134,7 +153,7 @@ def core_job(
         gpus=job.gpus,
         work=work,
         done=max(0.0, done),
-        profile=profile_of(job),
+        profile=profile_of(job, site),
         gpus_per_node=gpn,
         nodes=nodes,
         preemptible=preemptible,

@@ -17,6 +17,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from themis_slurm.core.placement import Profile
 from themis_slurm.core.state import ClusterState
 from themis_slurm.core.tenancy import FLAT, Entity, Tenancy
 from themis_slurm.core.workload import App, Job, Lease
@@ -36,12 +37,14 @@ class RoundTerms:
     """What the round's input and the finish-time estimates read of themisd's configuration (daemon/config.py,
     Config.round_terms): whether it enforces (observe mode rounds over running jobs that were never held),
     the lease of a running job without a stored one, the minimum run time no lease ends before, and what a
-    job's throughput counts for while it holds no GPUs (scheduler.idle_throughput)."""
+    job's throughput counts for while it holds no GPUs (scheduler.idle_throughput), and the site's own model
+    classes (themis.yaml ``models:``, name -> Profile), which the jobs naming them carry into the core."""
 
     enforce: bool
     lease_s: float
     min_runtime_s: float
     idle_throughput: float
+    profiles: Mapping[str, Profile] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -128,7 +131,7 @@ def _add_job(
         c.leases.append(lease)
     c.accounts.setdefault(mj.app_key, mj.account)
     c.jobs.setdefault(mj.app_key, []).append(
-        core_job(mj, work, done, preemptible, row.service_s, submitted(row, mj), unsaved)
+        core_job(mj, work, done, preemptible, row.service_s, submitted(row, mj), unsaved, terms.profiles)
     )
 
 

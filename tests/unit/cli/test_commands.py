@@ -67,13 +67,17 @@ def test_explain_running_waiting_unknown(run: Run, server: ApiServer) -> None:
     out = run("explain", "10", "--url", server.url).output
     assert "Job 10  app themis-alice/sweep" in out and "Why:       running on node1:2" in out
     assert "Lease:" in out and "ROUND" in out
+    # no model given: the default class, built in, and its factor where the job runs (issue #36 item 3)
+    assert "Class:     low (built-in): island 1.00, node 1.00, rack 0.98, cluster 0.96; now placed at island " \
+        "level: x1.00" in out
     out = run("explain", "21", "--url", server.url, user="bob").output
     assert "Why:       waiting: in round 2" in out
     res = run("explain", "999", "--url", server.url)
     assert res.exit_code == 1 and "themis: error: job 999 is not managed by Themis" in res.output
     doc = json.loads(run("explain", "10", "--url", server.url, "--json").output)
     assert set(doc) == {"meta", "job", "app", "summary", "rounds", "placement", "lease", "events", "estimate",
-                        "tenancy", "room"}
+                        "tenancy", "room", "profile"}
+    assert (doc["profile"]["asked"], doc["profile"]["name"], doc["profile"]["defined_by"]) == (None, "low", "built-in")
     assert doc["tenancy"] is None  # flat (tenancy.levels [app])
     assert doc["room"] is None  # a running job (and one that needs no CPUs or memory)
     assert doc["estimate"]["calibration_factor"] == 1.0 and "Estimate:  " in out

@@ -10,7 +10,11 @@ slurm = {
   SUCCESS = 0, ERROR = -1, NO_VAL = 4294967294, NO_VAL16 = 65534, NO_VAL8 = 254,
   NO_VAL64 = 18446744073709551614, INFINITE = 4294967295,
   log_user = function(fmt, ...) user_messages[#user_messages + 1] = string.format(fmt, ...) end,
-  log_info = function() end, log_error = function() end, log_verbose = function() end,
+  log_info = function() end, log_verbose = function() end,
+  -- HARNESS_LOG_ERRORS=1: slurmctld's log errors (a bad config setting) go to stderr, for the tests to read
+  log_error = function(fmt, ...)
+    if os.getenv("HARNESS_LOG_ERRORS") then io.stderr:write(string.format(fmt, ...), "\n") end
+  end,
   log_debug = function() end,
 }
 dofile(script)

@@ -202,3 +202,101 @@ def test_job_submit_lua_without_fail_open_settings_never_fails_open(lua: str, tm
     (tmp_path / "themis_job_submit.conf.lua").write_text(conf)
     out = _run_lua(lua, ["\1"], script=tmp_path / "job_submit.lua", env={"HARNESS_SHOW_HOLD": "1"})
     assert out == ["ok themis:v1;app=;model=;sens=;est= [held]"]
+
+
+# ------------------------------------------------------------------ a site's own model classes (issue #36 item 3)
+SITE_NAMES = ("llama-70b", "mixtral_8x7b", "v2.1")
+#: names with the verdict of the name rule (MODEL_NAME_EXPECTED); ',' cannot travel in the plugin's list
+NAME_CASES = [("a", True), ("llama-70b", True), ("x_y.z", True), ("9b", True), ("a" * 32, True),
+              ("a" * 33, False), ("A", False), ("llamA", False), ("-a", False), (".a", False), ("_a", False),
+              ("a b", False), ("caf\u00e9", False), ("a/b", False), ("a=b", False), ("a;b", False)]
+
+
+def _site_lua(tmp_path: Path, extra: str) -> Path:
+    """job_submit.lua in tmp_path with the shipped config plus `extra_models = <extra>`."""
+    shutil.copy(LUA_SCRIPT, tmp_path / "job_submit.lua")
+    conf = (LUA_SCRIPT.parent / "themis_job_submit.conf.lua").read_text()
+    assert "extra_models = {}," in conf  # the shipped default: none
+    (tmp_path / "themis_job_submit.conf.lua").write_text(conf.replace("extra_models = {},", f"extra_models = {extra},"))
+    return tmp_path / "job_submit.lua"
+
+
+def _lua_errors(lua: str, script: Path) -> str:
+    """What job_submit.lua logs as errors when slurmctld loads it with its config (the harness's stderr)."""
+    exe = shutil.which(lua)
+    if exe is None:
+        pytest.skip(f"{lua} not installed (apt-get install {lua}; tests/run.sh does it)")
+    res = subprocess.run([exe, str(HARNESS), str(script)], input="", capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "HARNESS_LOG_ERRORS": "1"}, check=False)
+    assert res.returncode == 0, res.stderr
+    return res.stderr
+
+
+@pytest.mark.parametrize("lua", ["lua5.1", "lua5.3"])
+def test_job_submit_lua_accepts_the_sites_classes(lua: str, tmp_path: Path) -> None:
+    script = _site_lua(tmp_path, "{ " + ", ".join(f'"{n}"' for n in SITE_NAMES) + ', "moe" }')
+    assert _lua_errors(lua, script) == ""
+    out = _run_lua(lua, ["themis:model=Llama-70B", "\1\tTHEMIS_OPTIONS=model=v2.1", "themis:model=moe",
+                         "themis:model=gpt9", "\1\tTHEMIS_OPTIONS=model=gpt9", "themis:sens=llama-70b"], script=script)
+    assert out[:3] == ["ok themis:v1;app=;model=llama-70b;sens=;est=", "ok themis:v1;app=;model=v2.1;sens=;est=",
+                       "ok themis:v1;app=;model=moe;sens=;est="]
+    accepted = "one of " + ", ".join(option_grammar.MODELS + SITE_NAMES)  # a built-in name is listed once
+    assert out[3] == f"err themis: invalid option model=gpt9 in --comment: expected {accepted}"
+    assert out[4] == f"err themis: invalid option --themis-model=gpt9: expected {accepted}"
+    assert out[5].startswith("err themis: invalid option sens=llama-70b in --comment: expected one of high")
+    # without the list (the shipped config): the site's names are refused, the built-in ones listed
+    plain = _run_lua(lua, ["themis:model=llama-70b"])
+    assert plain == [f"err themis: invalid option model=llama-70b in --comment: expected "
+                     f"{option_grammar.OPTIONS[1].expected}"]
+
+
+@pytest.mark.parametrize("lua", ["lua5.1", "lua5.3"])
+@pytest.mark.parametrize(("extra", "why"), [
+    ('"llama-70b"', "not a list of names"),
+    ('{ "Llama" }', f"Llama is not {option_grammar.MODEL_NAME_EXPECTED}"),
+    ('{ "ok", 7 }', f"7 is not {option_grammar.MODEL_NAME_EXPECTED}"),
+    ('{ "high" }', "high is a sensitivity class (--themis-sens), not a model"),
+])  # fmt: skip
+def test_job_submit_lua_refuses_a_bad_list_and_keeps_none(lua: str, tmp_path: Path, extra: str, why: str) -> None:
+    script = _site_lua(tmp_path, extra)
+    assert _lua_errors(lua, script) == (f"themis: themis_job_submit.conf.lua: bad value for 'extra_models' ({why}), "
+                                        "using the default (none)\n")
+    assert _run_lua(lua, ["themis:model=ok", "themis:model=moe"], script=script) == [
+        f"err themis: invalid option model=ok in --comment: expected {option_grammar.OPTIONS[1].expected}",
+        "ok themis:v1;app=;model=moe;sens=;est="]
+
+
+def test_plugin_accepts_the_sites_classes(check_tool: Path) -> None:
+    def check(*args: str) -> tuple[int, str]:
+        res = subprocess.run([str(check_tool), *args], capture_output=True, text=True, timeout=10, check=False)
+        return res.returncode, res.stdout.strip()
+
+    models = "--models=" + ",".join((*SITE_NAMES, "moe", "llama-70b"))
+    assert check(models, "model", "Llama-70B") == (0, "ok")
+    assert check(models, "model", "moe") == (0, "ok")
+    assert check("model", "llama-70b")[0] == 1  # without the plugstack.conf argument: built-in names only
+    accepted = "one of " + ", ".join(option_grammar.MODELS + SITE_NAMES)  # repeated names listed once
+    assert check(models, "model", "gpt9") == (1, f"themis: invalid option --themis-model=gpt9: expected {accepted}")
+    assert check("--models=", "model", "moe") == (0, "ok")  # an empty list: none of the site's
+    assert check("--models=high", "model", "x") == (
+        2, "themis: plugstack.conf: models=high: 'high' is a sensitivity class (--themis-sens), not a model")
+    assert check("--models=a,,b", "model", "x") == (
+        2, f"themis: plugstack.conf: models=a,,b: '' is not {option_grammar.MODEL_NAME_EXPECTED}")
+    many = ",".join(f"m{i}" for i in range(33))
+    assert check(f"--models={many}", "model", "m0") == (
+        2, f"themis: plugstack.conf: models={many}: more than 32 classes")
+
+
+@pytest.mark.parametrize("lua", ["lua5.1", "lua5.3"])
+def test_the_three_name_rules_agree(check_tool: Path, lua: str, tmp_path: Path) -> None:
+    """themis.yaml's check (Python), the plugin's (C) and job_submit.lua's give the same verdict on every name."""
+    wrong = []
+    for name, verdict in NAME_CASES:
+        c = subprocess.run([str(check_tool), f"--models={name}", "model", "x"], capture_output=True, text=True,
+                           timeout=10, check=False).returncode != 2
+        esc = name.replace("\\", "\\\\").replace('"', '\\"')
+        lua_ok = _lua_errors(lua, _site_lua(tmp_path, f'{{ "{esc}" }}')) == ""
+        got = (option_grammar.valid_model_name(name), c, lua_ok)
+        if got != (verdict,) * 3:
+            wrong.append((name, got))
+    assert wrong == []

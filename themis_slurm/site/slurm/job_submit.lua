@@ -45,7 +45,8 @@ between the GENERATED GRAMMAR markers below, the plugin's header and docs/user-g
   THEMIS_OPTIONS=options                  (the plugin's spank_job_env entry: one option per --themis-KEY)
   options  := option { "," option }       option := key "=" value   (spaces around both are ignored)
   app      := APP_PATTERN, at most APP_MAX_LEN characters (groups a user's jobs into one app, per user)
-  model    := one of KNOWN_MODELS          (placement profile of a known model)
+  model    := one of KNOWN_MODELS or of the config's extra_models (the site's own classes, defined in
+              themis.yaml's models: section; placement profile of the job's model)
   sens     := one of KNOWN_SENS            (placement sensitivity class; not with model)
   est      := 90s | 45m | 6h | 2d | 1h30m | [D-]HH:MM:SS, above 0 and at most MAX_EST_SECONDS (the expected
               run time on the GPUs requested)
@@ -82,14 +83,17 @@ local APP_MAX_LEN = 64
 local APP_PATTERN = "^[A-Za-z0-9][A-Za-z0-9%_%.%-]*$"
 local MAX_EST_SECONDS = 31536000
 local SPANK_ENV_NAME = "THEMIS_OPTIONS"
+local MODEL_NAME_MAX_LEN = 32
+local MODEL_NAME_PATTERN = "^[a-z0-9][a-z0-9%-%_%.]*$"
+local MODEL_NAME_EXPECTED = "a name of 1 to 32 lower-case letters, digits, '-', '_' or '.' starting with a letter or digit"
 local KNOWN_KEYS = { "app", "model", "sens", "est", "ckpt" }
-local KNOWN_MODELS = { "vgg11", "vgg16", "vgg19", "alexnet", "resnet50", "resnet101", "resnet152", "inception3", "inception4", "googlenet" }
+local KNOWN_MODELS = { "vgg11", "vgg16", "vgg19", "alexnet", "resnet50", "resnet101", "resnet152", "inception3", "inception4", "googlenet", "transformer-dp", "transformer-tp", "moe", "finetune" }
 local KNOWN_SENS = { "high", "medium", "low", "none" }
 local CKPT_WORDS = { "yes", "no" }
 local EXCLUSIVE = { "model", "sens" }
 local EXPECTED = {
   app = "a name of 1 to 64 letters, digits, '_', '.' or '-' starting with a letter or digit",
-  model = "one of vgg11, vgg16, vgg19, alexnet, resnet50, resnet101, resnet152, inception3, inception4, googlenet",
+  model = "one of vgg11, vgg16, vgg19, alexnet, resnet50, resnet101, resnet152, inception3, inception4, googlenet, transformer-dp, transformer-tp, moe, finetune",
   sens = "one of high, medium, low, none",
   est = "a duration above 0 and at most 365 days such as 90m, 6h, 1h30m, 2d, 1-12:00:00",
   ckpt = "yes, no, or how often it saves: a duration above 0 and at most 365 days such as 30m, 2h",
@@ -106,6 +110,8 @@ local DEFAULTS = {
   -- off unless the config file turns it on (the shipped one does): a site that upgrades job_submit.lua
   -- before themisd and its unit must not find its jobs unheld because no heartbeat is written yet
   fail_open_after_s = 0,
+  -- the site's own model classes (themis.yaml models:), accepted by --themis-model besides KNOWN_MODELS
+  extra_models = {},
 }
 
 -- --------------------------------------------------------------------------------------- small helpers
@@ -115,7 +121,7 @@ local function set_of(list)
   return s
 end
 
-local MODEL_SET, SENS_SET, KEY_SET = set_of(KNOWN_MODELS), set_of(KNOWN_SENS), set_of(KNOWN_KEYS)
+local SENS_SET, KEY_SET = set_of(KNOWN_SENS), set_of(KNOWN_KEYS)
 local CKPT_SET = set_of(CKPT_WORDS)
 
 local function trim(s)
@@ -197,6 +203,22 @@ local function read_config_file(path)
   return result
 end
 
+-- extra_models: a list of names by the grammar's rule, none of them a sensitivity class (those are
+-- --themis-sens values; themis.yaml may change their factors without any change here). Returns true, or
+-- false and why.
+local function check_extra_models(v)
+  if type(v) ~= "table" then return false, "not a list of names" end
+  for _, name in ipairs(v) do
+    if type(name) ~= "string" or #name > MODEL_NAME_MAX_LEN or not name:match(MODEL_NAME_PATTERN) then
+      return false, string.format("%s is not %s", shown(tostring(name)), MODEL_NAME_EXPECTED)
+    end
+    if SENS_SET[name] then
+      return false, string.format("%s is a sensitivity class (--themis-sens), not a model", name)
+    end
+  end
+  return true
+end
+
 -- Merges the file's values over DEFAULTS, checking each; bad entries are logged and defaulted.
 local function build_config(raw)
   local cfg = {}
@@ -218,6 +240,14 @@ local function build_config(raw)
       ok = type(v) == "string"
     elseif k == "fail_open_after_s" then
       ok = type(v) == "number" and v >= 0
+    elseif k == "extra_models" then
+      local why
+      ok, why = check_extra_models(v)
+      if not ok then
+        slurm.log_error("themis: %s: bad value for 'extra_models' (%s), using the default (none)", CONFIG_FILE,
+                        why)
+        ok = nil
+      end
     else
       slurm.log_error("themis: %s: unknown setting '%s' ignored", CONFIG_FILE, tostring(k))
       ok = nil
@@ -229,6 +259,17 @@ local function build_config(raw)
     end
   end
   cfg.managed = set_of(cfg.managed_partitions)
+  -- the models --themis-model accepts: the built-in ones, then the site's own (in the error message too)
+  cfg.model_set = set_of(KNOWN_MODELS)
+  cfg.expected_model = EXPECTED.model
+  local extra = {}
+  for _, name in ipairs(cfg.extra_models) do
+    if not cfg.model_set[name] then
+      cfg.model_set[name] = true
+      extra[#extra + 1] = name
+    end
+  end
+  if #extra > 0 then cfg.expected_model = EXPECTED.model .. ", " .. table.concat(extra, ", ") end
   -- Operator uids: root, SlurmUser, and the configured names/uids.
   local uids = passwd_uids()
   cfg.operator_uids = { [0] = true }
@@ -336,15 +377,15 @@ local SOURCES = {
   spank = { where = "", name = function(key) return "--themis-" .. key end },
 }
 
-local function invalid(src, key, value)
+local function invalid(src, key, value, cfg)
   return string.format("themis: invalid option %s=%s%s: expected %s", src.name(key), shown(value), src.where,
-                       EXPECTED[key])
+                       key == "model" and cfg.expected_model or EXPECTED[key])
 end
 
 -- Parses a list of options  key=value,key=value  (the grammar above) given through `source`
--- ("comment" or "spank"). Returns opts {app=, model=, sens=, est=(seconds), ckpt=("yes", "no" or seconds)}
--- or nil, message for the user.
-local function parse_options(options, source)
+-- ("comment" or "spank") under the config `cfg` (its models). Returns opts {app=, model=, sens=,
+-- est=(seconds), ckpt=("yes", "no" or seconds)} or nil, message for the user.
+local function parse_options(options, source, cfg)
   local src = SOURCES[source]
   local opts = {}
   if trim(options) == "" then return opts end
@@ -368,24 +409,24 @@ local function parse_options(options, source)
       return nil, string.format("themis: option %s given twice%s", src.name(key), src.where)
     end
     if key == "app" then
-      if not (value:match(APP_PATTERN) and #value <= APP_MAX_LEN) then return nil, invalid(src, key, value) end
+      if not (value:match(APP_PATTERN) and #value <= APP_MAX_LEN) then return nil, invalid(src, key, value, cfg) end
       opts.app = value
     elseif key == "model" then
-      if not MODEL_SET[value:lower()] then return nil, invalid(src, key, value) end
+      if not cfg.model_set[value:lower()] then return nil, invalid(src, key, value, cfg) end
       opts.model = value:lower()
     elseif key == "sens" then
-      if not SENS_SET[value:lower()] then return nil, invalid(src, key, value) end
+      if not SENS_SET[value:lower()] then return nil, invalid(src, key, value, cfg) end
       opts.sens = value:lower()
     elseif key == "est" then
       local seconds = parse_duration(value)
-      if not seconds or seconds <= 0 or seconds > MAX_EST_SECONDS then return nil, invalid(src, key, value) end
+      if not seconds or seconds <= 0 or seconds > MAX_EST_SECONDS then return nil, invalid(src, key, value, cfg) end
       opts.est = seconds
     elseif key == "ckpt" then
       if CKPT_SET[value:lower()] then
         opts.ckpt = value:lower()
       else
         local seconds = parse_duration(value)
-        if not seconds or seconds <= 0 or seconds > MAX_EST_SECONDS then return nil, invalid(src, key, value) end
+        if not seconds or seconds <= 0 or seconds > MAX_EST_SECONDS then return nil, invalid(src, key, value, cfg) end
         opts.ckpt = string.format("%d", seconds)
       end
     end
@@ -402,17 +443,17 @@ end
 --   nil                  the comment carries no Themis options (absent, or free text)
 --   opts                 a table {app=, model=, sens=, est=(seconds), ckpt=} (absent keys are nil)
 --   nil, message         the options are invalid; message is for the user
-local function parse_comment(comment)
+local function parse_comment(comment, cfg)
   if comment == nil then return nil end
   local s = trim(comment)
   if s:sub(1, #COMMENT_PREFIX):lower() ~= COMMENT_PREFIX then return nil end
-  return parse_options(s:sub(#COMMENT_PREFIX + 1):match("^([^;]*)"), "comment")  -- free text after ';'
+  return parse_options(s:sub(#COMMENT_PREFIX + 1):match("^([^;]*)"), "comment", cfg)  -- free text after ';'
 end
 
 -- The options the SPANK plugin (spank/ of the site files) passed in spank_job_env as THEMIS_OPTIONS=<options>
 -- (slurmctld may show it prefixed SPANK_). Same returns as parse_comment. The plugin checked them at the
 -- client, but any client can send any spank_job_env: they are checked again here, as strictly.
-local function parse_spank_env(env)
+local function parse_spank_env(env, cfg)
   if type(env) ~= "table" then return nil end
   local found
   for _, entry in pairs(env) do
@@ -427,14 +468,14 @@ local function parse_spank_env(env)
     end
   end
   if found == nil then return nil end
-  return parse_options(found, "spank")
+  return parse_options(found, "spank", cfg)
 end
 
 -- The job's Themis options from either source. Both at once is refused: which one would win is a guess.
-local function job_options(job_desc)
-  local from_spank, err = parse_spank_env(job_desc.spank_job_env)
+local function job_options(job_desc, cfg)
+  local from_spank, err = parse_spank_env(job_desc.spank_job_env, cfg)
   if err then return nil, err end
-  local from_comment, cerr = parse_comment(job_desc.comment)
+  local from_comment, cerr = parse_comment(job_desc.comment, cfg)
   if cerr then return nil, cerr end
   if from_spank and from_comment and next(from_comment) ~= nil then
     return nil, "themis: Themis options given both as --themis-* and in --comment=themis:...: give them " ..
@@ -566,7 +607,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 
   -- Themis options are checked on every job that carries them, so a mistake is caught even when the job
   -- turns out not to be managed (they only take effect on managed jobs).
-  local opts, err = job_options(job_desc)
+  local opts, err = job_options(job_desc, cfg)
   if err then
     slurm.log_user("%s", err)
     return slurm.ERROR

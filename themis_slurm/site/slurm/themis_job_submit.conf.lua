@@ -43,4 +43,11 @@ return {
   -- every 5 s.
   heartbeat_file = "/run/themis/heartbeat",
   fail_open_after_s = 600,
+
+  -- The site's own model classes: the names themis.yaml's `models:` section defines (not the ones it only
+  -- overrides: built-in names are always accepted). --themis-model and model= in --comment accept these
+  -- besides the built-in models, and list them when they refuse a name. Keep this list, themis.yaml and the
+  -- SPANK plugin's `models=` argument in plugstack.conf the same: `themis config check` says when they are
+  -- not (docs/admin-guide.md, "Model classes"). Names: 1 to 32 lower-case letters, digits, '-', '_' or '.'.
+  extra_models = {},
 }

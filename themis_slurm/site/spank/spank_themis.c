@@ -18,6 +18,8 @@
  *
  * Build: make -C spank (see the Makefile); install with a plugstack.conf line such as
  *   required /usr/local/lib/slurm/spank_themis.so
+ * and, where the site defines model classes of its own in themis.yaml, name them after it:
+ *   required /usr/local/lib/slurm/spank_themis.so models=llama-70b,mixtral-8x22b
  * ("required": Slurm ignores what an optional plugin's slurm_spank_init_post_opt returns, and that is where
  * bad environment values and --themis-model with --themis-sens are refused.)
  */
@@ -43,7 +45,7 @@ static struct spank_option opts[THEMIS_N_OPTIONS];    /* Slurm copies them, but 
 
 static int store(int index, const char *raw, const char *source)
 {
-    char value[MAX_VALUE], err[512];
+    char value[MAX_VALUE], err[2048];   /* room for every model of the refusal's list */
     if (themis_trim(raw ? raw : "", value, sizeof(value)) != 0) {
         slurm_error("themis: invalid option --themis-%s%s%s: the value is longer than %d characters",
                     themis_options[index].key, source ? " " : "", source ? source : "", MAX_VALUE - 1);
@@ -75,13 +77,34 @@ static int client_context(void)
     return ctx == S_CTX_ALLOCATOR || ctx == S_CTX_LOCAL;
 }
 
+/* The plugstack.conf arguments: models=a,b,c names the site's own model classes (themis.yaml models:), which
+ * --themis-model then accepts besides the built-in ones. Read at the client only: in slurmstepd the value
+ * was checked already, and a typo there must not fail job steps. Anything else is refused, naming it. */
+static int read_arguments(int ac, char **av)
+{
+    char err[2048];
+    for (int i = 0; i < ac; i++) {
+        if (strncmp(av[i], "models=", 7) == 0) {
+            if (themis_set_site_models(av[i] + 7, err, sizeof(err)) != 0) {
+                slurm_error("%s", err);
+                return -1;
+            }
+        } else {
+            slurm_error("themis: plugstack.conf: unknown argument '%s' to spank_themis.so (accepted: "
+                        "models=NAME[,NAME...], the site's own model classes)", av[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int slurm_spank_init(spank_t sp, int ac, char **av)
 {
     spank_context_t ctx = spank_context();
-    (void)ac;
-    (void)av;
     if (ctx != S_CTX_ALLOCATOR && ctx != S_CTX_LOCAL && ctx != S_CTX_REMOTE)
         return 0;
+    if (ctx != S_CTX_REMOTE && read_arguments(ac, av) != 0)
+        return -1;
     for (int i = 0; i < THEMIS_N_OPTIONS; i++) {
         snprintf(names[i], sizeof(names[i]), "themis-%s", themis_options[i].key);
         opts[i].name = names[i];

@@ -6,6 +6,9 @@
 #define THEMIS_APP_PUNCT "_.-"
 #define THEMIS_EST_MAX_S 31536000L
 #define THEMIS_SPANK_ENV "THEMIS_OPTIONS"
+#define THEMIS_MODEL_NAME_MAX_LEN 32
+#define THEMIS_MODEL_NAME_PUNCT "-_."
+#define THEMIS_MODEL_NAME_EXPECTED "a name of 1 to 32 lower-case letters, digits, '-', '_' or '.' starting with a letter or digit"
 
 struct themis_option {
     const char *key;      /* --comment key; the option is --themis-<key> */
@@ -19,8 +22,8 @@ static const struct themis_option themis_options[] = {
      "Themis app: groups your jobs into one app for fairness (default: the job, or the array)",
      "a name of 1 to 64 letters, digits, '_', '.' or '-' starting with a letter or digit"},
     {"model", "model",
-     "Themis placement profile of a known model (not with --themis-sens)",
-     "one of vgg11, vgg16, vgg19, alexnet, resnet50, resnet101, resnet152, inception3, inception4, googlenet"},
+     "Themis model class: the placement profile of the job's model, e.g. transformer-dp (not with --themis-sens)",
+     "one of vgg11, vgg16, vgg19, alexnet, resnet50, resnet101, resnet152, inception3, inception4, googlenet, transformer-dp, transformer-tp, moe, finetune"},
     {"sens", "class",
      "Themis placement sensitivity: high, medium, low or none (not with --themis-model)",
      "one of high, medium, low, none"},
@@ -33,7 +36,7 @@ static const struct themis_option themis_options[] = {
 };
 #define THEMIS_N_OPTIONS 5
 
-static const char *const themis_models[] = {"vgg11", "vgg16", "vgg19", "alexnet", "resnet50", "resnet101", "resnet152", "inception3", "inception4", "googlenet", 0};
+static const char *const themis_models[] = {"vgg11", "vgg16", "vgg19", "alexnet", "resnet50", "resnet101", "resnet152", "inception3", "inception4", "googlenet", "transformer-dp", "transformer-tp", "moe", "finetune", 0};
 static const char *const themis_sens[] = {"high", "medium", "low", "none", 0};
 static const char *const themis_ckpt_words[] = {"yes", "no", 0};
 #define THEMIS_EXCLUSIVE_A "model"

@@ -112,6 +112,85 @@ static int in_list(const char *const *list, const char *value)
     return 0;
 }
 
+/* The site's own model classes (themis_set_site_models), and ", a, b" for the refusal message. */
+static char site_models[THEMIS_MAX_SITE_MODELS][THEMIS_MODEL_NAME_MAX_LEN + 1];
+static int n_site_models;
+static char site_models_text[THEMIS_MAX_SITE_MODELS * (THEMIS_MODEL_NAME_MAX_LEN + 2) + 1];
+
+static int in_site_models(const char *value)
+{
+    for (int i = 0; i < n_site_models; i++)
+        if (strcasecmp(site_models[i], value) == 0)
+            return 1;
+    return 0;
+}
+
+int themis_valid_model_name(const char *name)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n > THEMIS_MODEL_NAME_MAX_LEN)
+        return 0;
+    if (!(islower((unsigned char)name[0]) || isdigit((unsigned char)name[0])))
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)name[i];
+        if (!(c < 0x80 && (islower(c) || isdigit(c))) && !strchr(THEMIS_MODEL_NAME_PUNCT, c))
+            return 0;
+    }
+    return 1;
+}
+
+int themis_set_site_models(const char *list, char *err, size_t errlen)
+{
+    char names[THEMIS_MAX_SITE_MODELS][THEMIS_MODEL_NAME_MAX_LEN + 1];
+    int n = 0;
+    const char *p = list ? list : "";
+
+    n_site_models = 0;
+    site_models_text[0] = '\0';
+    while (*p) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        char name[THEMIS_MODEL_NAME_MAX_LEN + 1];
+        int seen = 0;
+        if (len == 0 || len > THEMIS_MODEL_NAME_MAX_LEN) {
+            snprintf(err, errlen, "themis: plugstack.conf: models=%s: '%.*s' is not %s", list,
+                     (int)(len > 40 ? 40 : len), p, THEMIS_MODEL_NAME_EXPECTED);
+            return -1;
+        }
+        memcpy(name, p, len);
+        name[len] = '\0';
+        if (!themis_valid_model_name(name)) {
+            snprintf(err, errlen, "themis: plugstack.conf: models=%s: '%s' is not %s", list, name,
+                     THEMIS_MODEL_NAME_EXPECTED);
+            return -1;
+        }
+        if (in_list(themis_sens, name)) {
+            snprintf(err, errlen, "themis: plugstack.conf: models=%s: '%s' is a sensitivity class "
+                     "(--themis-sens), not a model", list, name);
+            return -1;
+        }
+        for (int i = 0; i < n; i++)
+            seen |= strcmp(names[i], name) == 0;
+        if (!seen && !in_list(themis_models, name)) {
+            if (n == THEMIS_MAX_SITE_MODELS) {
+                snprintf(err, errlen, "themis: plugstack.conf: models=%s: more than %d classes", list,
+                         THEMIS_MAX_SITE_MODELS);
+                return -1;
+            }
+            memcpy(names[n++], name, len + 1);
+        }
+        p += len + (end ? 1 : 0);
+    }
+    for (int i = 0; i < n; i++) {
+        memcpy(site_models[i], names[i], sizeof(names[i]));
+        strcat(site_models_text, ", ");
+        strcat(site_models_text, names[i]);
+    }
+    n_site_models = n;
+    return 0;
+}
+
 static int valid_app(const char *v)
 {
     size_t n = strlen(v);
@@ -140,7 +219,7 @@ int themis_check_value(int index, const char *value, const char *source, char *e
     if (strcmp(key, "app") == 0) {
         ok = valid_app(value);
     } else if (strcmp(key, "model") == 0) {
-        ok = in_list(themis_models, value);
+        ok = in_list(themis_models, value) || in_site_models(value);
     } else if (strcmp(key, "sens") == 0) {
         ok = in_list(themis_sens, value);
     } else if (strcmp(key, "ckpt") == 0 && in_list(themis_ckpt_words, value)) {
@@ -162,8 +241,9 @@ int themis_check_value(int index, const char *value, const char *source, char *e
         for (k = 0; k < n; k++)
             shown[k] = (unsigned char)value[k] < 0x20 || value[k] == 0x7f ? '?' : value[k];
         shown[k] = '\0';
-        snprintf(err, errlen, "themis: invalid option --themis-%s=%s%s%s%s: expected %s", key, shown,
-                 cut ? "..." : "", source ? " " : "", source ? source : "", o->expected);
+        snprintf(err, errlen, "themis: invalid option --themis-%s=%s%s%s%s: expected %s%s", key, shown,
+                 cut ? "..." : "", source ? " " : "", source ? source : "", o->expected,
+                 strcmp(key, "model") == 0 ? site_models_text : "");
     }
     return -1;
 }
