@@ -149,3 +149,16 @@ def test_sim_config_refuses_an_unknown_default_profile() -> None:
     with pytest.raises(ValueError, match="unknown placement profile 'mine'"):
         SimConfig(default_profile="mine")
     assert SimConfig(default_profile="mine", profiles={"mine": Profile("mine", (1.0, 1.0, 1.0, 1.0))})
+
+
+def test_traces_may_name_the_modern_classes() -> None:
+    from themis_slurm.sim.trace import PROFILE_MODELS, TRACE_MODELS, normalize_model
+
+    assert normalize_model("transformer-dp") == "transformer-dp" and normalize_model(" MoE ") == "moe"
+    assert normalize_model("Transformer (batch size 16)") is None  # Gavel's job type names no class
+    assert normalize_model("ResNet-50 (batch size 64)") == "resnet50"
+    assert set(MODERN) <= TRACE_MODELS
+    assert len(PROFILE_MODELS) == 10  # the paper's workload draws from its ten
+    assert TraceJob("j", "a", "u", 0.0, 2, 60.0, "finetune").model == "finetune"
+    with pytest.raises(ValueError, match="model 'high' is not a profile name"):
+        TraceJob("j", "a", "u", 0.0, 2, 60.0, "high")
