@@ -181,3 +181,21 @@ def test_themisd_places_and_counts_a_sites_class(cluster: Cluster, daemon_dir: P
         f"\n[models e2e] {SITE} at {level} level: done/service {row.done_service / row.service_s:.3f}; "
         f"{LUA_ONLY} at {other_level} level: {other_row.done_service / other_row.service_s:.3f}\n{text}"
     )
+
+
+def test_a_bad_plugin_line_is_reported_and_never_stops_submissions(cluster: Cluster) -> None:
+    """A typo on the plugin's plugstack.conf line is read by every sbatch, salloc and srun of the cluster:
+    each says so and goes on with the built-in classes (job_submit.lua still checks every job)."""
+    stack = cluster.dir / "etc" / "plugstack.conf"
+    text = stack.read_text()
+    try:
+        stack.write_text(text.strip() + " models=Bad!Name colour=red\n")
+        res = cluster.sbatch_result("--gres=gpu:1", "--themis-model=transformer-dp")
+        assert res.returncode == 0, res.stderr
+        assert "plugstack.conf: models=Bad!Name: 'Bad!Name' is not" in res.stderr and "(ignored:" in res.stderr
+        assert "unknown argument 'colour=red' to spank_themis.so ignored" in res.stderr
+        assert _record(cluster, cluster.submitted[-1]).startswith("themis:v1;app=;model=transformer-dp;")
+        res = cluster.sbatch_result("--gres=gpu:1", f"--themis-model={SITE}")  # no site list at the client
+        assert res.returncode != 0 and f"invalid option --themis-model={SITE}" in res.stderr
+    finally:
+        stack.write_text(text)

@@ -79,23 +79,22 @@ static int client_context(void)
 
 /* The plugstack.conf arguments: models=a,b,c names the site's own model classes (themis.yaml models:), which
  * --themis-model then accepts besides the built-in ones. Read at the client only: in slurmstepd the value
- * was checked already, and a typo there must not fail job steps. Anything else is refused, naming it. */
-static int read_arguments(int ac, char **av)
+ * was checked already. A bad argument is reported (naming it) and left out, never fatal: one typo in
+ * plugstack.conf must not stop every sbatch, salloc and srun of the cluster. Without a valid list the
+ * plugin accepts the built-in classes only; job_submit.lua still checks every job against its own list. */
+static void read_arguments(int ac, char **av)
 {
     char err[2048];
     for (int i = 0; i < ac; i++) {
         if (strncmp(av[i], "models=", 7) == 0) {
-            if (themis_set_site_models(av[i] + 7, err, sizeof(err)) != 0) {
-                slurm_error("%s", err);
-                return -1;
-            }
+            if (themis_set_site_models(av[i] + 7, err, sizeof(err)) != 0)
+                slurm_error("%s (ignored: --themis-model takes the built-in classes only; ask your admins "
+                            "to fix plugstack.conf)", err);
         } else {
-            slurm_error("themis: plugstack.conf: unknown argument '%s' to spank_themis.so (accepted: "
+            slurm_error("themis: plugstack.conf: unknown argument '%s' to spank_themis.so ignored (accepted: "
                         "models=NAME[,NAME...], the site's own model classes)", av[i]);
-            return -1;
         }
     }
-    return 0;
 }
 
 int slurm_spank_init(spank_t sp, int ac, char **av)
@@ -103,8 +102,8 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
     spank_context_t ctx = spank_context();
     if (ctx != S_CTX_ALLOCATOR && ctx != S_CTX_LOCAL && ctx != S_CTX_REMOTE)
         return 0;
-    if (ctx != S_CTX_REMOTE && read_arguments(ac, av) != 0)
-        return -1;
+    if (ctx != S_CTX_REMOTE)
+        read_arguments(ac, av);
     for (int i = 0; i < THEMIS_N_OPTIONS; i++) {
         snprintf(names[i], sizeof(names[i]), "themis-%s", themis_options[i].key);
         opts[i].name = names[i];
