@@ -36,8 +36,8 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 
 from themis_slurm.core.decision import Decision
-from themis_slurm.core.tenancy import app_shares
-from themis_slurm.core.workload import Job
+from themis_slurm.core.tenancy import Tenancy, app_shares
+from themis_slurm.core.workload import App, Job
 from themis_slurm.policies.base import PolicyContext
 from themis_slurm.policies.fit import INF
 from themis_slurm.policies.scratchpad import BaselineScratchpad
@@ -114,6 +114,99 @@ def job_time_fractions(share: float, jobs: Sequence[Job], out: dict[str, float],
         out[j.id] = 0.0
 
 
+class _Serving:
+    """One call's bookkeeping: each app's share and GPUs held (and its tenant's), the apps' queues, and the
+    heap that says which app is served next. Held apart from the policy so each step of
+    :meth:`FairSharePolicy.schedule` is a method over it rather than a closure over a dozen locals.
+
+    The unit shares are restored for is the app (flat) or its tenant (the user, or the account when users
+    do not count): the order, the preemption rule and the victims then go by the tenant's GPUs and share,
+    the apps of one tenant by their own ratio among themselves.
+    """
+
+    def __init__(self, pad: BaselineScratchpad, apps: Sequence[App], tenancy: Tenancy, capacity: int) -> None:
+        self.pad, self.flat = pad, tenancy.flat
+        demand = {a.id: float(a.demand) for a in apps}
+        # with tenancy levels, shares are weighted max-min down the account -> user -> app tree (a fair-share
+        # scheduler with hierarchical queues, as YARN's Fair Scheduler or Slurm's Fair Tree set them up)
+        self.share = water_fill(capacity, demand) if self.flat else app_shares(tenancy, apps, capacity, demand)
+        self.held = {aid: float(n) for aid, n in pad.app_gpus().items()}
+        self.group = {a.id: a.id for a in apps} if self.flat else \
+            {a.id: ent for a in apps for ent in [tenancy.path(a)[-1]]}  # fmt: skip
+        self.members: dict[object, list[str]] = {}
+        for aid, g in self.group.items():
+            self.members.setdefault(g, []).append(aid)
+        self.gshare = {g: sum(self.share[a] for a in ms) for g, ms in self.members.items()}
+        self.gheld = {g: sum(self.held[a] for a in ms) for g, ms in self.members.items()}
+        self.arrival = {a.id: (a.arrival, a.id) for a in apps}
+        self.queues: dict[str, deque[Job]] = {
+            a.id: deque(sorted((j for j in a.jobs if j.id not in pad.running), key=lambda j: (j.submit, j.id)))
+            for a in apps
+        }
+        self.failed_size: dict[str, int] = {}  # smallest gang allowed anywhere an app failed to preempt for
+        self.protected_until = INF
+        self.order: list[Job] = []
+        self.live = {aid for aid, q in self.queues.items() if q}
+        # the live app with the lowest ratio next: a heap with an entry pushed whenever an app's ratio
+        # changes; an entry whose ratio is no longer its app's is stale and skipped (ratios are unique:
+        # they end in the app id), so each pop is min(live, key=ratio) in O(log apps)
+        self.heap = [(self.ratio(aid), aid) for aid in self.live]
+        heapq.heapify(self.heap)
+
+    def ratio(self, aid: str) -> tuple:
+        held, share = self.held, self.share
+        own = (held[aid] / share[aid] if share[aid] > 0 else math.inf, self.arrival[aid])
+        if self.flat:
+            return own
+        g = self.group[aid]
+        return (self.gheld[g] / self.gshare[g] if self.gshare[g] > 0 else math.inf, *own)
+
+    def push(self, aid: str) -> None:
+        """Queue `aid` again at its current ratio (its older entries go stale)."""
+        heapq.heappush(self.heap, (self.ratio(aid), aid))
+
+    def add(self, aid: str, gpus: float) -> None:
+        """`aid` holds `gpus` more (or fewer): its tenant's other live apps are queued again, their keys moved."""
+        self.held[aid] += gpus
+        g = self.group[aid]
+        self.gheld[g] += gpus
+        if not self.flat:
+            for other in self.members[g]:
+                if other != aid and other in self.live:
+                    self.push(other)
+
+    def may_preempt(self, aid: str, j: Job) -> bool:
+        """The app stays within its share with the job, and no job as wide failed to preempt in this call."""
+        g = self.group[aid]
+        return self.gheld[g] + j.gpus <= self.gshare[g] + _TOL and j.gpus < self.failed_size.get(aid, math.inf)
+
+    def reason(self, aid: str) -> str:
+        return f"does not fit (app holds {self.held[aid]:.0f} of its {self.share[aid]:.1f} GPU share)"
+
+    def first_startable(self, aid: str, job: Job) -> Job | None:
+        """`job`, or the first of the app's queue from it that may start or preempt; the ones before it wait.
+
+        A job that cannot start changes nothing: no GPU moves, no ratio changes, so the same app is popped
+        next again. While the app's jobs cannot start (fewer GPUs free than the gang, and no preemption to
+        try), they are taken here in the order the heap would give, with the app's one reason: a contended
+        queue of thousands costs no heap operation or placement try per job. None: every job the app had
+        left waits (the app is no longer live).
+        """
+        pool, queue = self.pad.pool, self.queues[aid]
+        if pool.size >= job.gpus or self.may_preempt(aid, job):
+            return job
+        reason = self.reason(aid)
+        while True:
+            self.order.append(job)
+            self.pad.wait(job, reason)
+            if not queue:
+                self.live.discard(aid)
+                return None
+            job = queue.popleft()
+            if pool.size >= job.gpus or self.may_preempt(aid, job):
+                return job
+
+
 class FairSharePolicy:
     name = "fairshare"
     #: re-shares: preempts running jobs of apps above their max-min share (see Policy)
@@ -128,124 +221,62 @@ class FairSharePolicy:
         self._wake: float | None = None
 
     def schedule(self, ctx: PolicyContext) -> Decision:
+        """Serve the apps one job at a time, the app with the smallest ``held / share`` first (module docstring)."""
         pad = BaselineScratchpad(ctx.state, self.name)
-        now = pad.now
-        capacity = ctx.state.managed_gpus
-        demand = {a.id: float(a.demand) for a in ctx.state.apps}
-        tenancy = ctx.state.tenancy
-        # with tenancy levels, shares are weighted max-min down the account -> user -> app tree (a fair-share
-        # scheduler with hierarchical queues, as YARN's Fair Scheduler or Slurm's Fair Tree set them up)
-        share = water_fill(capacity, demand) if tenancy.flat else app_shares(tenancy, ctx.state.apps, capacity, demand)
-        held = {aid: float(n) for aid, n in pad.app_gpus().items()}
-        # the unit shares are restored for: the app (flat), or its tenant (the user, or the account when
-        # users do not count): the order, the preemption rule and the victims then go by the tenant's GPUs
-        # and share, the apps of one tenant by their own ratio among themselves
-        group = {a.id: a.id for a in ctx.state.apps} if tenancy.flat else \
-            {a.id: ent for a in ctx.state.apps for ent in [tenancy.path(a)[-1]]}  # fmt: skip
-        members: dict[object, list[str]] = {}
-        for aid, g in group.items():
-            members.setdefault(g, []).append(aid)
-        gshare = {g: sum(share[a] for a in ms) for g, ms in members.items()}
-        gheld = {g: sum(held[a] for a in ms) for g, ms in members.items()}
-        arrival = {a.id: (a.arrival, a.id) for a in ctx.state.apps}
-        queues: dict[str, deque[Job]] = {
-            a.id: deque(
-                sorted((j for j in a.jobs if j.id not in pad.running), key=lambda j: (j.submit, j.id))
-            )
-            for a in ctx.state.apps
-        }
-        failed_size: dict[str, int] = {}  # smallest gang allowed anywhere an app failed to preempt for in this call
-        protected_until = INF
+        s = _Serving(pad, ctx.state.apps, ctx.state.tenancy, ctx.state.managed_gpus)
+        while s.heap:
+            key, aid = heapq.heappop(s.heap)
+            if aid not in s.live or key != s.ratio(aid):
+                continue  # a stale entry: the app's ratio has moved since
+            job = s.first_startable(aid, s.queues[aid].popleft())
+            if job is not None:
+                self._serve(s, aid, job)
+        for a in ctx.state.apps:
+            pad.note(a.id, f"fair share {s.share[a.id]:.1f} GPU(s), holds {s.held[a.id]:.0f}")
+        until = s.protected_until
+        self._wake = until if math.isfinite(until) and until > pad.now else None
+        return pad.decision(s.order)
 
-        def ratio(aid: str) -> tuple:
-            own = (held[aid] / share[aid] if share[aid] > 0 else math.inf, arrival[aid])
-            if tenancy.flat:
-                return own
-            g = group[aid]
-            return (gheld[g] / gshare[g] if gshare[g] > 0 else math.inf, *own)
+    def _serve(self, s: _Serving, aid: str, job: Job) -> None:
+        """`job` starts on free GPUs, or on GPUs taken from apps above their share, or waits; its app is
+        queued again while it has jobs left."""
+        pad = s.pad
+        if not s.queues[aid]:
+            s.live.discard(aid)
+        s.order.append(job)
+        got = pad.fit(job)
+        if got is None and s.may_preempt(aid, job):
+            got = self._preempt_for(s, aid, job)
+        if got is None:
+            pad.wait(job, s.reason(aid))
+        else:
+            pad.grant(job, got)
+            s.add(aid, len(got))
+        if aid in s.live:
+            s.push(aid)
 
-        def add(aid: str, gpus: float) -> None:
-            """`aid` holds `gpus` more (or fewer): its tenant's other live apps are queued again, their keys moved."""
-            held[aid] += gpus
-            g = group[aid]
-            gheld[g] += gpus
-            if not tenancy.flat:
-                for other in members[g]:
-                    if other != aid and other in live:
-                        heapq.heappush(heap, (ratio(other), other))
+    def _preempt_for(self, s: _Serving, aid: str, job: Job) -> frozenset[int] | None:
+        """A placement for `job` on GPUs of jobs of units above their share (:meth:`_victims`), or None; the
+        victims' apps hold that much less and are queued again at their new ratio."""
+        pad = s.pad
+        victims, blocked = self._victims(pad, job, s.group, s.gshare, s.gheld)
+        s.protected_until = min(s.protected_until, blocked)
+        before = set(pad.preempted)
 
         def placer(j: Job, p) -> frozenset[int] | None:
             return pad.fit(j, pool=p)
 
-        def may_preempt(aid: str, j: Job) -> bool:
-            """The app stays within its share with the job, and no job as wide failed to preempt in this call."""
-            g = group[aid]
-            return gheld[g] + j.gpus <= gshare[g] + _TOL and j.gpus < failed_size.get(aid, math.inf)
-
-        order: list[Job] = []
-        live = {aid for aid, q in queues.items() if q}
-        # the live app with the lowest ratio next: a heap with an entry pushed whenever an app's ratio
-        # changes; an entry whose ratio is no longer its app's is stale and skipped (ratios are unique:
-        # they end in the app id), so each pop is min(live, key=ratio) in O(log apps)
-        heap = [(ratio(aid), aid) for aid in live]
-        heapq.heapify(heap)
-        pool = pad.pool
-        while heap:
-            key, aid = heapq.heappop(heap)
-            if aid not in live or key != ratio(aid):
-                continue
-            queue = queues[aid]
-            job = queue.popleft()
-            # A job that cannot start changes nothing: no GPU moves, no ratio changes, so the same app is
-            # popped next again. While the app's jobs cannot start (fewer GPUs free than the gang, and no
-            # preemption to try), they are taken here in the order the heap would give, with the app's
-            # one reason: a contended queue of thousands costs no heap operation or placement try per job.
-            if pool.size < job.gpus and not may_preempt(aid, job):
-                reason = f"does not fit (app holds {held[aid]:.0f} of its {share[aid]:.1f} GPU share)"
-                ran_out = False
-                while True:
-                    order.append(job)
-                    pad.wait(job, reason)
-                    if not queue:
-                        ran_out = True
-                        break
-                    job = queue.popleft()
-                    if pool.size >= job.gpus or may_preempt(aid, job):
-                        break  # this one may start, or may preempt: the full procedure below
-                if ran_out:  # every job the app had left waits
-                    live.discard(aid)
-                    continue
-            if not queue:
-                live.discard(aid)
-            order.append(job)
-            got = pad.fit(job)
-            if got is None and may_preempt(aid, job):
-                victims, blocked = self._victims(pad, job, group, gshare, gheld)
-                protected_until = min(protected_until, blocked)
-                before = set(pad.preempted)
-                got = pad.fit_with_preemption(
-                    job, victims, placer, f"above its fair share; GPUs go to app {aid}"
-                )
-                if got is None and job.allowed_nodes is None:
-                    # a job restricted to some nodes fails for its nodes, not its size: a wider job of the
-                    # app that may go elsewhere may still succeed, so it does not bar the app's later tries
-                    failed_size[aid] = job.gpus
-                for jid in sorted(set(pad.preempted) - before):
-                    owner = pad.jobs[jid].app_id
-                    add(owner, -len(pad.running[jid].gpus))
-                    if owner in live:
-                        heapq.heappush(heap, (ratio(owner), owner))
-            if got is None:
-                pad.wait(job, f"does not fit (app holds {held[aid]:.0f} of its {share[aid]:.1f} GPU share)")
-            else:
-                pad.grant(job, got)
-                add(aid, len(got))
-            if aid in live:
-                heapq.heappush(heap, (ratio(aid), aid))
-        for a in ctx.state.apps:
-            pad.note(a.id, f"fair share {share[a.id]:.1f} GPU(s), holds {held[a.id]:.0f}")
-        self._wake = protected_until if math.isfinite(protected_until) and protected_until > now else None
-        return pad.decision(order)
+        got = pad.fit_with_preemption(job, victims, placer, f"above its fair share; GPUs go to app {aid}")
+        if got is None and job.allowed_nodes is None:
+            # a job restricted to some nodes fails for its nodes, not its size: a wider job of the
+            # app that may go elsewhere may still succeed, so it does not bar the app's later tries
+            s.failed_size[aid] = job.gpus
+        for jid in sorted(set(pad.preempted) - before):
+            owner = pad.jobs[jid].app_id
+            s.add(owner, -len(pad.running[jid].gpus))
+            if owner in s.live:
+                s.push(owner)
+        return got
 
     def _victims(
         self, pad: BaselineScratchpad, job: Job, group: Mapping[str, object], share: Mapping[object, float],
