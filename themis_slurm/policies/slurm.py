@@ -28,16 +28,30 @@ elastic jobs are rigid gangs of their maximum size.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
 from themis_slurm.core.decision import Decision, GrantSource
 from themis_slurm.core.placement import Pool
-from themis_slurm.core.tenancy import fractions
-from themis_slurm.core.workload import Job
+from themis_slurm.core.tenancy import Tenancy, fractions
+from themis_slurm.core.workload import App, Job
 from themis_slurm.policies.base import PolicyContext
 from themis_slurm.policies.fit import estimated_runtime
 from themis_slurm.policies.queue_order import in_key_order
 from themis_slurm.policies.scratchpad import BaselineScratchpad
 
 DAY = 86400.0
+
+
+@dataclass
+class _Reservation:
+    """EASY's one reservation: when (`shadow`) and which GPUs the highest-priority waiting job gets, the
+    free GPUs outside them (what backfill may still take), and why a backfill candidate waits."""
+
+    shadow: float
+    reserved: frozenset[int]
+    outside: Pool
+    delay: str
 
 
 class SlurmPolicy:
@@ -96,27 +110,43 @@ class SlurmPolicy:
 
     # ----------------------------------------------------------------- schedule
     def schedule(self, ctx: PolicyContext) -> Decision:
+        """Waiting jobs by priority, started by EASY backfill (module docstring)."""
         pad = BaselineScratchpad(ctx.state, self.name)
-        now, topo = pad.now, pad.topo
-        self._account(now)
+        self._account(pad.now)
         owner = {a.id: a.owner for a in ctx.state.apps}
         users = len(set(owner.values()) | set(self.usage)) or 1
+        factor = self._factors(ctx.state.apps, ctx.state.tenancy, owner, users)
         waiting = pad.waiting()
-        factor: dict[str, float] = {}  # user -> fair-share factor: one sum over the usage per user, not per job
-        tenancy = ctx.state.tenancy
+        prio, best = self._priorities(waiting, pad.now, factor, owner)
+        order = in_key_order(waiting, prio, pad.jobs, descending=True)  # by (-priority, submit, id)
+        self._easy_backfill(pad, order)
+        for a in ctx.state.apps:
+            if a.id in best:
+                pad.note(a.id, f"priority {best[a.id]:.0f} (fair share {factor[a.owner]:.3f})")
+        self._remember_holding(pad, owner)
+        return pad.decision(order)
+
+    def _factors(self, apps: Sequence[App], tenancy: Tenancy, owner: Mapping[str, str], users: int) -> dict[str, float]:
+        """user -> fair-share factor: one sum over the usage per user, not per job."""
+        factor: dict[str, float] = {}
         if tenancy.flat:
             for u in set(owner.values()):
                 factor[u] = self.fairshare(u, users)
-        else:
-            # S = the user's normalised shares down the account tree (Slurm's NormShares: the product of
-            # each level's shares over its siblings'), over the users with work now (core/tenancy.py)
-            norm: dict[str, float] = {}
-            for aid, f in fractions(tenancy, ctx.state.apps).items():
-                norm[owner[aid]] = norm.get(owner[aid], 0.0) + f
-            total = sum(self.usage.values())
-            for u, s_u in norm.items():
-                factor[u] = 1.0 if total <= 0 else 2.0 ** (-(self.usage.get(u, 0.0) / total) / s_u)
-        # _priority, inlined (every waiting job, every call); each app's best for its note on the way
+            return factor
+        # S = the user's normalised shares down the account tree (Slurm's NormShares: the product of
+        # each level's shares over its siblings'), over the users with work now (core/tenancy.py)
+        norm: dict[str, float] = {}
+        for aid, f in fractions(tenancy, apps).items():
+            norm[owner[aid]] = norm.get(owner[aid], 0.0) + f
+        total = sum(self.usage.values())
+        for u, s_u in norm.items():
+            factor[u] = 1.0 if total <= 0 else 2.0 ** (-(self.usage.get(u, 0.0) / total) / s_u)
+        return factor
+
+    def _priorities(self, waiting: Sequence[Job], now: float, factor: Mapping[str, float],
+                    owner: Mapping[str, str]) -> tuple[dict[str, float], dict[str, float]]:  # fmt: skip
+        """Each waiting job's priority, and each app's best for its note: :meth:`_priority`, inlined (every
+        waiting job, every call)."""
         prio: dict[str, float] = {}
         best: dict[str, float] = {}
         w_age, w_fair, max_age = self.weight_age, self.weight_fairshare, self.max_age
@@ -125,63 +155,73 @@ class SlurmPolicy:
             p = prio[j.id] = w_age * min(1.0, max(0.0, now - j.submit) / max_age) + w_fair * factor[owner[aid]]
             if aid not in best or p > best[aid]:
                 best[aid] = p
-        # by (-priority, submit, id)
-        order = in_key_order(waiting, prio, pad.jobs, descending=True)
+        return prio, best
 
-        shadow: float | None = None  # reservation start
-        reserved: frozenset[int] = frozenset()
-        outside: Pool | None = None  # free GPUs minus the reserved ones
-        delay = ""
+    def _easy_backfill(self, pad: BaselineScratchpad, order: Sequence[Job]) -> None:
+        """Jobs start in `order` while they fit; the first that does not gets the one reservation (or, with
+        backfill off, every later job waits behind it), and the later ones may only backfill around it."""
+        res: _Reservation | None = None
         for k, job in enumerate(order):
-            if shadow is None:
-                got = pad.fit(job)
-                if got is not None:
-                    pad.grant(job, got)
-                    continue
-                if not self.backfill:
-                    pad.wait(job, "highest priority; does not fit")
-                    for later in order:
-                        if not pad.is_active(later.id):
-                            pad.wait(later, f"behind job {job.id} (no backfill)")
+            if res is not None:
+                if not self._backfill(pad, order, k, job, res):
                     break
-                res = self._reserve(pad, job)
-                if res is None:
-                    pad.wait(job, "can never fit on the GPUs this policy manages")
-                    continue
-                shadow, reserved = res
-                delay = f"would delay the reservation at t={shadow:.0f}"  # why a backfill candidate waits
-                outside = Pool(topo, pad.pool.free_ids() - reserved)
-                pad.wait(job, f"highest priority; reserved {len(reserved)} GPU(s) at t={shadow:.0f}")
-                continue
-            assert outside is not None
-            if job.gpus > pad.pool.size:  # fits neither the free GPUs nor those outside the reservation
-                if not pad.pool.size:  # no GPU left: all the rest wait for the same reason (named when read)
-                    pad.wait_rest(order, k, delay)
-                    break
-                pad.wait(job, delay)
                 continue
             got = pad.fit(job)
-            if got is not None and now + estimated_runtime(job, got, topo) <= shadow:
-                how = "backfill: ends before the reservation"
-            else:
-                got = pad.fit(job, pool=outside)
-                how = "backfill: avoids the reserved GPUs"
-            if got is None:
-                pad.wait(job, delay)
+            if got is not None:
+                pad.grant(job, got)
                 continue
-            pad.grant(job, got, source=GrantSource.BACKFILL)
-            outside.take(got - reserved)
-            pad.note(job.app_id, f"job {job.id} {how}")
-        for a in ctx.state.apps:
-            if a.id in best:
-                pad.note(a.id, f"priority {best[a.id]:.0f} (fair share {factor[a.owner]:.3f})")
+            if not self.backfill:
+                pad.wait(job, "highest priority; does not fit")
+                for later in order:
+                    if not pad.is_active(later.id):
+                        pad.wait(later, f"behind job {job.id} (no backfill)")
+                break
+            res = self._reservation_for(pad, job)
+
+    def _reservation_for(self, pad: BaselineScratchpad, job: Job) -> _Reservation | None:
+        """The highest-priority job that does not fit waits with a reservation (None: it can never fit)."""
+        found = self._reserve(pad, job)
+        if found is None:
+            pad.wait(job, "can never fit on the GPUs this policy manages")
+            return None
+        shadow, reserved = found
+        res = _Reservation(shadow, reserved, Pool(pad.topo, pad.pool.free_ids() - reserved),
+                           f"would delay the reservation at t={shadow:.0f}")  # fmt: skip
+        pad.wait(job, f"highest priority; reserved {len(reserved)} GPU(s) at t={shadow:.0f}")
+        return res
+
+    @staticmethod
+    def _backfill(pad: BaselineScratchpad, order: Sequence[Job], k: int, job: Job, res: _Reservation) -> bool:
+        """`job` (at `k` in `order`) starts if it ends before the reservation or avoids its GPUs, else waits.
+        False: no GPU is left, so it and every later job have waited (the loop stops)."""
+        if job.gpus > pad.pool.size:  # fits neither the free GPUs nor those outside the reservation
+            if not pad.pool.size:  # no GPU left: all the rest wait for the same reason (named when read)
+                pad.wait_rest(order, k, res.delay)
+                return False
+            pad.wait(job, res.delay)
+            return True
+        got = pad.fit(job)
+        if got is not None and pad.now + estimated_runtime(job, got, pad.topo) <= res.shadow:
+            how = "backfill: ends before the reservation"
+        else:
+            got = pad.fit(job, pool=res.outside)
+            how = "backfill: avoids the reserved GPUs"
+        if got is None:
+            pad.wait(job, res.delay)
+            return True
+        pad.grant(job, got, source=GrantSource.BACKFILL)
+        res.outside.take(got - res.reserved)
+        pad.note(job.app_id, f"job {job.id} {how}")
+        return True
+
+    def _remember_holding(self, pad: BaselineScratchpad, owner: Mapping[str, str]) -> None:
+        """The GPUs each user holds after this call, charged as usage at the next (:meth:`_account`)."""
         self._holding = {}
         for jid in pad.jobs:
             if pad.is_active(jid):
                 n = len(pad.granted[jid].gpus) if jid in pad.granted else len(pad.running[jid].gpus)
                 user = owner[pad.jobs[jid].app_id]
                 self._holding[user] = self._holding.get(user, 0) + n
-        return pad.decision(order)
 
     def _reserve(self, pad: BaselineScratchpad, job: Job) -> tuple[float, frozenset[int]] | None:
         """Earliest estimated time and GPUs at which `job` fits, releasing running jobs (and those just
