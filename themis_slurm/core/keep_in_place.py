@@ -88,23 +88,93 @@ def no_pointless_moves(
     throughput of their new placement (a renewal in place keeps it whole, a start counts `start_keep`),
     so rho_after reflects the final placements, and no app's throughput goes down.
     """
-    out = {aid: list(gs) for aid, gs in got.items()}
+    swaps = _Swaps(got, homes, jobs, source, topo, start_keep)
+    while swaps.swap_one():  # each swap puts one more holder at home and takes none away: this ends
+        pass
+    return swaps.out
 
-    def factor(jid: str, gpus: frozenset[int]) -> float:
-        return get_profile(jobs[jid].profile).factor(topo.level_of(gpus))
 
-    def gang(jid: str, gpus: frozenset[int]) -> Gang:
-        lvl = topo.level_of(gpus)
-        keep = 1.0 if homes.get(jid) == gpus else start_keep
-        return Gang(jid, gpus, lvl, throughput(len(gpus), lvl, get_profile(jobs[jid].profile)) * keep)
+class _Swaps:
+    """One call of :func:`no_pointless_moves`: the gangs being fixed up (`out`, by app) and what a swap is
+    judged by (the jobs, the holders' homes, the topology, the throughput a start keeps)."""
 
-    def refit(occupants: Sequence[Gang], b: frozenset[int]) -> dict[str, frozenset[int]] | None:
+    __slots__ = ("homes", "jobs", "out", "source", "start_keep", "topo")
+
+    def __init__(self, got: Mapping[str, list[Gang]], homes: Mapping[str, frozenset[int]], jobs: Mapping[str, Job],
+                 source: dict[str, str], topo: Topology, start_keep: float) -> None:  # fmt: skip
+        self.out = {aid: list(gs) for aid, gs in got.items()}
+        self.homes, self.jobs, self.source, self.topo, self.start_keep = homes, jobs, source, topo, start_keep
+
+    def factor(self, jid: str, gpus: frozenset[int]) -> float:
+        return get_profile(self.jobs[jid].profile).factor(self.topo.level_of(gpus))
+
+    def gang(self, jid: str, gpus: frozenset[int]) -> Gang:
+        """`jid` on `gpus`, at the throughput of that placement (whole when it renews at home)."""
+        lvl = self.topo.level_of(gpus)
+        keep = 1.0 if self.homes.get(jid) == gpus else self.start_keep
+        return Gang(jid, gpus, lvl, throughput(len(gpus), lvl, get_profile(self.jobs[jid].profile)) * keep)
+
+    def swap_one(self) -> bool:
+        """Make the first swap (holders in id order) that puts a holder back at home; False: there is none."""
+        owner: dict[int, tuple[str, int]] = {}  # GPU -> (app, index of its gang in out[app])
+        for aid, gs in self.out.items():
+            for k, g in enumerate(gs):
+                owner.update({gpu: (aid, k) for gpu in g.gpus})
+        homes, jobs, out = self.homes, self.jobs, self.out
+        for y in sorted(homes):
+            home = homes[y]
+            gs = out.get(jobs[y].app_id, [])
+            mine = next((k for k, g in enumerate(gs) if g.job_id == y), None)
+            if mine is not None and gs[mine].gpus == home:
+                continue  # renewed in place already
+            if any(g not in owner for g in home):
+                continue  # part of H is idle or reserved: not a swap
+            if self._swap_home(y, gs, mine, owner):
+                return True
+        return False
+
+    def _swap_home(self, y: str, gs: list[Gang], mine: int | None, owner: Mapping[int, tuple[str, int]]) -> bool:
+        """Put holder `y` back on its home H, all of it in use by others, by a swap with Y's gang `mine` (Y was
+        moved) or, when Y lost, with a job of its app and kind standing in for it (:meth:`_swap`)."""
+        if mine is not None:
+            movers = [mine]
+        else:
+            kind = self.jobs[y].kind
+            movers = [k for k, g in enumerate(gs) if g.job_id not in self.homes and self.jobs[g.job_id].kind == kind]
+        return any(self._swap(y, gs, k, owner) for k in movers)
+
+    def _swap(self, y: str, gs: list[Gang], k: int, owner: Mapping[int, tuple[str, int]]) -> bool:
+        """Swap gang `k` of Y's app (Y, or X standing in for it), on B, with the gangs on Y's home H, when
+        nobody is placed worse for it; False: the move stands (some job needs H, or Y needs B)."""
+        home, m = self.homes[y], gs[k]
+        b = m.gpus
+        if len(b) != len(home) or b & home or self.source.get(m.job_id) is GrantSource.RESERVATION:
+            return False
+        if self.factor(y, home) < self.factor(y, b) - 1e-12:
+            return False  # Y itself is better placed on B: a move worth its restart
+        slots = sorted({owner[g] for g in home})
+        occupants = [self.out[oa][ok] for oa, ok in slots]
+        if any(not o.gpus <= home or self.source.get(o.job_id) is GrantSource.RESERVATION for o in occupants):
+            return False
+        placed = self._refit(occupants, b)
+        if placed is None:
+            return False  # some gang of H needs H for its placement: the move stands
+        for oa, ok in slots:
+            o = self.out[oa][ok]
+            self.out[oa][ok] = self.gang(o.job_id, placed[o.job_id])
+        gs[k] = self.gang(y, home)
+        if m.job_id != y:  # X stood in for Y: Y takes its source, X keeps waiting
+            self.source[y] = self.source.pop(m.job_id)
+        return True
+
+    def _refit(self, occupants: Sequence[Gang], b: frozenset[int]) -> dict[str, frozenset[int]] | None:
         """The occupants of H placed inside B, none at a worse factor (None: they do not all fit). An
         occupant moves to B like any start: on its allowed nodes (at its home, it renews: wherever that is)."""
+        topo = self.topo
         sub = Pool(topo, b)
         placed: dict[str, frozenset[int]] = {}
         for o in sorted(occupants, key=lambda g: (-len(g.gpus), g.job_id)):
-            job, home = jobs[o.job_id], homes.get(o.job_id)
+            job, home = self.jobs[o.job_id], self.homes.get(o.job_id)
             if home is not None and len(home) == len(o.gpus) and all(g in sub for g in home):
                 gpus: frozenset[int] | None = home
             else:
@@ -113,53 +183,8 @@ def no_pointless_moves(
                 among = allowed_nodes_on(topo, job.allowed_nodes)
                 found = sub.place(*shape) if among is None else sub.place_among(*shape, among)
                 gpus = found[0] if found is not None else None
-            if gpus is None or factor(o.job_id, gpus) < factor(o.job_id, o.gpus) - 1e-12:
+            if gpus is None or self.factor(o.job_id, gpus) < self.factor(o.job_id, o.gpus) - 1e-12:
                 return None
             sub.take(gpus)
             placed[o.job_id] = gpus
         return placed if sub.size == 0 else None
-
-    changed = True
-    while changed:  # each swap puts one more holder at home and takes none away: this ends
-        changed = False
-        owner: dict[int, tuple[str, int]] = {}
-        for aid, gs in out.items():
-            for k, g in enumerate(gs):
-                owner.update({gpu: (aid, k) for gpu in g.gpus})
-        for y in sorted(homes):
-            home, aid = homes[y], jobs[y].app_id
-            gs = out.get(aid, [])
-            mine = next((k for k, g in enumerate(gs) if g.job_id == y), None)
-            if mine is not None and gs[mine].gpus == home:
-                continue  # renewed in place already
-            if any(g not in owner for g in home):
-                continue  # part of H is idle or reserved: not a swap
-            if mine is not None:
-                movers = [mine]
-            else:
-                movers = [k for k, g in enumerate(gs) if g.job_id not in homes and jobs[g.job_id].kind == jobs[y].kind]
-            for k in movers:
-                m = gs[k]
-                b = m.gpus
-                if len(b) != len(home) or b & home or source.get(m.job_id) is GrantSource.RESERVATION:
-                    continue
-                if factor(y, home) < factor(y, b) - 1e-12:
-                    continue  # Y itself is better placed on B: a move worth its restart
-                slots = sorted({owner[g] for g in home})
-                occupants = [out[oa][ok] for oa, ok in slots]
-                if any(not o.gpus <= home or source.get(o.job_id) is GrantSource.RESERVATION for o in occupants):
-                    continue
-                placed = refit(occupants, b)
-                if placed is None:
-                    continue  # some gang of H needs H for its placement: the move stands
-                for oa, ok in slots:
-                    o = out[oa][ok]
-                    out[oa][ok] = gang(o.job_id, placed[o.job_id])
-                gs[k] = gang(y, home)
-                if m.job_id != y:  # X stood in for Y: Y takes its source, X keeps waiting
-                    source[y] = source.pop(m.job_id)
-                changed = True
-                break
-            if changed:
-                break
-    return out
