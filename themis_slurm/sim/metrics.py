@@ -368,14 +368,67 @@ def actual_metrics(trace: Trace, topology: Topology, default_profile: str | None
     by_app: dict[str, list[TraceJob]] = {}
     for j in jobs:
         by_app.setdefault(j.app_id, []).append(j)
+    apps = _actual_apps(jobs, by_app, end, topology, profile, tenancy)
+    rhos = np.array([x.rho for x in apps])
+    busy = math.fsum(j.gpus * (end[j.job_id] - start[j.job_id]) for j in jobs)
+    first = min(j.arrival_s for j in jobs)
+    makespan = max(end.values()) - first
+    util_times, util_busy = _busy_gpus(jobs, start, end)
+    nan = math.nan
+    summary = summarise(
+        rhos, apps, busy, makespan, topology.size,
+        jct_s=[end[j.job_id] - j.arrival_s for j in jobs], alone_s=[end[j.job_id] - start[j.job_id] for j in jobs],
+        ideal_gpu_s=math.fsum(j.gpu_seconds for j in jobs), n_jobs=len(jobs),
+        preemptions=nan, events=nan, policy_calls=nan, wall_s=nan, lost_work=nan,  # type: ignore[arg-type]
+    )  # fmt: skip
+    spans = [Span(j.app_id, j.arrival_s, end[j.job_id], ((start[j.job_id], end[j.job_id], j.gpus),)) for j in jobs]
+    tenants = tenant_metrics(spans, apps, {a: js[0].account for a, js in by_app.items()})
+    return Metrics(ACTUAL, summary, tuple(apps), tuple(util_times), tuple(util_busy), topology.size, tenants,
+                   tenancy.levels, tuple(end[j.job_id] - j.arrival_s for j in jobs))  # fmt: skip
+
+
+def _actual_apps(jobs: Sequence[TraceJob], by_app: Mapping[str, Sequence[TraceJob]], end: Mapping[str, float],
+                 topology: Topology, profile: str, tenancy: Tenancy) -> list[AppMetrics]:  # fmt: skip
+    """Each app's metrics from its jobs' actual ends (:func:`actual_metrics`): finish-time fairness against
+    T_id at its time-averaged contention over [first arrival, last end]."""
     arrival = {a: min(j.arrival_s for j in js) for a, js in by_app.items()}
     finish = {a: max(end[j.job_id] for j in js) for a, js in by_app.items()}
-    # N(t): +1 when an app gets its first present job, -1 when its last present job ends.
-    edges: list[tuple[float, int, str, int]] = []  # (time, order: ends before arrivals, app, gpus delta)
+    edges = _presence_edges(jobs, end)
+    integral, peak = _contention_integral(edges, by_app)
+    nested = None if tenancy.flat else _nested_contention(edges, by_app, arrival, finish, tenancy)
+    model = FairnessModel(topology, topology.size)
+    apps: list[AppMetrics] = []
+    for a, js in by_app.items():
+        t0, t1 = arrival[a], finish[a]
+        if nested is not None:
+            contention = nested[a]
+        else:
+            contention = max(1.0, (integral(t1) - integral(t0)) / (t1 - t0)) if t1 > t0 else 1.0
+        work = [Job(j.job_id, a, j.gpus, j.gpus * j.duration_s, profile=j.model or profile, submit=j.arrival_s)
+                for j in js]  # fmt: skip
+        t_id = app_t_id(model, a, js[0].user, t0, contention, peak[a], work)
+        t_sh = t1 - t0
+        apps.append(AppMetrics(a, js[0].user, t0, t1, t_sh, t_id, t_sh / t_id if t_id > 0 else 1.0, contention,
+                               peak[a], math.fsum(w.work for w in work), len(js)))  # fmt: skip
+    return apps
+
+
+def _presence_edges(jobs: Sequence[TraceJob], end: Mapping[str, float]) -> list[tuple[float, int, str, int]]:
+    """(time, order: ends before arrivals, app, GPUs delta) for each job's arrival and actual end, in time
+    order: a job is present from its arrival (submit) to its end."""
+    edges: list[tuple[float, int, str, int]] = []
     for j in jobs:
         edges.append((j.arrival_s, 1, j.app_id, j.gpus))
         edges.append((end[j.job_id], 0, j.app_id, -j.gpus))
     edges.sort(key=lambda e: (e[0], e[1]))
+    return edges
+
+
+def _contention_integral(
+    edges: Sequence[tuple[float, int, str, int]], by_app: Mapping[str, Sequence[TraceJob]]
+) -> tuple[Callable[[float], float], dict[str, int]]:
+    """The integral of max(1, N(t)) dt up to any time (N: the apps with present jobs; +1 when an app gets
+    its first present job, -1 when its last present job ends), and each app's peak concurrent demand."""
     demand: dict[str, int] = dict.fromkeys(by_app, 0)
     present: dict[str, int] = dict.fromkeys(by_app, 0)
     peak: dict[str, int] = dict.fromkeys(by_app, 0)
@@ -396,26 +449,12 @@ def actual_metrics(trace: Trace, topology: Topology, default_profile: str | None
     def integral(t: float) -> float:
         return float(np.interp(t, t_arr, c_arr))
 
-    nested = None if tenancy.flat else _nested_contention(edges, by_app, arrival, finish, tenancy)
-    model = FairnessModel(topology, topology.size)
-    apps: list[AppMetrics] = []
-    for a, js in by_app.items():
-        t0, t1 = arrival[a], finish[a]
-        if nested is not None:
-            contention = nested[a]
-        else:
-            contention = max(1.0, (integral(t1) - integral(t0)) / (t1 - t0)) if t1 > t0 else 1.0
-        work = [Job(j.job_id, a, j.gpus, j.gpus * j.duration_s, profile=j.model or profile, submit=j.arrival_s)
-                for j in js]  # fmt: skip
-        t_id = app_t_id(model, a, js[0].user, t0, contention, peak[a], work)
-        t_sh = t1 - t0
-        apps.append(AppMetrics(a, js[0].user, t0, t1, t_sh, t_id, t_sh / t_id if t_id > 0 else 1.0, contention,
-                               peak[a], math.fsum(w.work for w in work), len(js)))  # fmt: skip
-    rhos = np.array([x.rho for x in apps])
-    busy = math.fsum(j.gpus * (end[j.job_id] - start[j.job_id]) for j in jobs)
-    first = min(j.arrival_s for j in jobs)
-    makespan = max(end.values()) - first
-    # busy GPUs over time, as SimResult.util_times/util_busy: the count after each change
+    return integral, peak
+
+
+def _busy_gpus(jobs: Sequence[TraceJob], start: Mapping[str, float],
+               end: Mapping[str, float]) -> tuple[list[float], list[int]]:  # fmt: skip
+    """Busy GPUs over time, as SimResult.util_times/util_busy: the count after each change."""
     steps: dict[float, int] = {}
     for j in jobs:
         steps[start[j.job_id]] = steps.get(start[j.job_id], 0) + j.gpus
@@ -425,17 +464,7 @@ def actual_metrics(trace: Trace, topology: Topology, default_profile: str | None
         level += steps[t]
         util_times.append(t)
         util_busy.append(level)
-    nan = math.nan
-    summary = summarise(
-        rhos, apps, busy, makespan, topology.size,
-        jct_s=[end[j.job_id] - j.arrival_s for j in jobs], alone_s=[end[j.job_id] - start[j.job_id] for j in jobs],
-        ideal_gpu_s=math.fsum(j.gpu_seconds for j in jobs), n_jobs=len(jobs),
-        preemptions=nan, events=nan, policy_calls=nan, wall_s=nan, lost_work=nan,  # type: ignore[arg-type]
-    )  # fmt: skip
-    spans = [Span(j.app_id, j.arrival_s, end[j.job_id], ((start[j.job_id], end[j.job_id], j.gpus),)) for j in jobs]
-    tenants = tenant_metrics(spans, apps, {a: js[0].account for a, js in by_app.items()})
-    return Metrics(ACTUAL, summary, tuple(apps), tuple(util_times), tuple(util_busy), topology.size, tenants,
-                   tenancy.levels, tuple(end[j.job_id] - j.arrival_s for j in jobs))  # fmt: skip
+    return util_times, util_busy
 
 
 def _nested_contention(edges: Sequence[tuple[float, int, str, int]], by_app: Mapping[str, Sequence[TraceJob]],
