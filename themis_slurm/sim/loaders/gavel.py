@@ -38,6 +38,7 @@ import json
 import math
 import re
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -119,61 +120,15 @@ def load_gavel(
     """
     if group_by not in GROUP_BY:
         raise ValueError(f"group_by must be one of {GROUP_BY}, got {group_by!r}")
-    table = dict(DEFAULT_STEPS_PER_S)
-    table.update(steps_per_s or {})
-    for key, rate in (*table.items(), ("default_steps_per_s", default_steps_per_s)):
-        if rate is not None and not (math.isfinite(rate) and rate > 0):
-            raise ValueError(f"steps per second for {key!r} must be finite and > 0, got {rate!r}")
+    table = _rate_table(steps_per_s, default_steps_per_s)
     measured = _measured(throughputs, gpu_type) if throughputs is not None else None
-    name = str(path)
     rows = _tab_rows(path)
     first = next(rows, None)
     if first is None:
-        raise TraceError(name, None, None, None, "the file is empty; expected tab-separated job lines")
-    width = len(first[1])
-    if width not in LAYOUTS:
-        supported = "; ".join(f"{n}: {', '.join(cols)}" for n, cols in LAYOUTS.items())
-        raise TraceError(name, first[0], "columns", str(width), f"a known Gavel layout ({supported})")
-    columns = LAYOUTS[width]
-    pos = {column: i for i, column in enumerate(columns)}
+        raise TraceError(str(path), None, None, None, "the file is empty; expected tab-separated job lines")
+    width, columns = _layout(str(path), first)
     collector = Collector(path, skip_bad)
-
-    def parse(ctx: RowContext, row: list[str]) -> TraceJob:
-        check_width(ctx, row, width, columns)
-        job_type = ctx.text("job_type", row[pos["job_type"]])
-        ctx.choice("needs_data_dir", row[pos["needs_data_dir"]], ("0", "1"))
-        total_steps = ctx.positive_int("total_steps", row[pos["total_steps"]])
-        gpus = ctx.positive_int("scale_factor", row[pos["scale_factor"]])
-        arrival = ctx.number("arrival_time", row[pos["arrival_time"]], minimum=0)
-        if "priority_weight" in pos:
-            ctx.number("priority_weight", row[pos["priority_weight"]], minimum=0, strict=True)
-            ctx.number("SLO", row[pos["SLO"]])
-        if measured is not None:
-            key = str((job_type, gpus))
-            if key not in measured:
-                raise ctx.error("job_type", f"{job_type} x {gpus} GPU(s)",
-                                f"a (job type, scale factor) in the {gpu_type} throughput table")
-            duration = total_steps / measured[key]
-        else:
-            rate = table.get(job_type, table.get(job_family(job_type), default_steps_per_s))
-            if rate is None:
-                known = ", ".join(sorted(table))
-                raise ctx.error("job_type", job_type,
-                                f"a job type with a known steps/s ({known}); pass steps_per_s or default_steps_per_s")
-            duration = total_steps / (rate * gpus)
-        job_id = str(ctx.line - 1)  # Gavel numbers jobs 0, 1, ... in file order
-        app = f"job{job_id}" if group_by == "job" else job_type
-        return TraceJob(
-            job_id=job_id,
-            app_id=app,
-            user=app,
-            arrival_s=arrival,
-            gpus=gpus,
-            duration_s=duration,
-            model=collector.model(ctx, job_type),
-            line=ctx.line,
-        )
-
+    parse = _RowParser(width, columns, table, default_steps_per_s, measured, gpu_type, group_by, collector)
     collector.run(_chain(first, rows), parse)
     if measured is not None:
         how = (f"duration = total_steps / measured {gpu_type} steps/s of (job type, scale factor) alone, "
@@ -183,6 +138,85 @@ def load_gavel(
                "54x off Gavel's measured rates; pass the throughputs file for exact run times")
     notes = [f"gavel: {width}-column layout; apps by {group_by}; {how}"]
     return collector.trace(notes)
+
+
+def _rate_table(steps_per_s: Mapping[str, float] | None, default_steps_per_s: float | None) -> dict[str, float]:
+    """DEFAULT_STEPS_PER_S with the caller's rates over it; every rate (and the default) finite and > 0."""
+    table = dict(DEFAULT_STEPS_PER_S)
+    table.update(steps_per_s or {})
+    for key, rate in (*table.items(), ("default_steps_per_s", default_steps_per_s)):
+        if rate is not None and not (math.isfinite(rate) and rate > 0):
+            raise ValueError(f"steps per second for {key!r} must be finite and > 0, got {rate!r}")
+    return table
+
+
+def _layout(name: str, first: tuple[int, list[str]]) -> tuple[int, tuple[str, ...]]:
+    """The column count and names of the file, from its first row (module docstring: three layouts)."""
+    width = len(first[1])
+    if width not in LAYOUTS:
+        supported = "; ".join(f"{n}: {', '.join(cols)}" for n, cols in LAYOUTS.items())
+        raise TraceError(name, first[0], "columns", str(width), f"a known Gavel layout ({supported})")
+    return width, LAYOUTS[width]
+
+
+@dataclass
+class _RowParser:
+    """One Gavel row -> TraceJob, for :class:`Collector`: fields checked, duration from the measured or the
+    flat rates (module docstring), the app by `group_by`."""
+
+    width: int
+    columns: tuple[str, ...]
+    table: Mapping[str, float]
+    default_steps_per_s: float | None
+    measured: Mapping[str, float] | None
+    gpu_type: str
+    group_by: GroupBy
+    collector: Collector
+    pos: dict[str, int] = field(init=False)  # column -> index in a row
+
+    def __post_init__(self) -> None:
+        self.pos = {column: i for i, column in enumerate(self.columns)}
+
+    def __call__(self, ctx: RowContext, row: list[str]) -> TraceJob:
+        pos = self.pos
+        check_width(ctx, row, self.width, self.columns)
+        job_type = ctx.text("job_type", row[pos["job_type"]])
+        ctx.choice("needs_data_dir", row[pos["needs_data_dir"]], ("0", "1"))
+        total_steps = ctx.positive_int("total_steps", row[pos["total_steps"]])
+        gpus = ctx.positive_int("scale_factor", row[pos["scale_factor"]])
+        arrival = ctx.number("arrival_time", row[pos["arrival_time"]], minimum=0)
+        if "priority_weight" in pos:
+            ctx.number("priority_weight", row[pos["priority_weight"]], minimum=0, strict=True)
+            ctx.number("SLO", row[pos["SLO"]])
+        duration = self._duration(ctx, job_type, gpus, total_steps)
+        job_id = str(ctx.line - 1)  # Gavel numbers jobs 0, 1, ... in file order
+        app = f"job{job_id}" if self.group_by == "job" else job_type
+        return TraceJob(
+            job_id=job_id,
+            app_id=app,
+            user=app,
+            arrival_s=arrival,
+            gpus=gpus,
+            duration_s=duration,
+            model=self.collector.model(ctx, job_type),
+            line=ctx.line,
+        )
+
+    def _duration(self, ctx: RowContext, job_type: str, gpus: int, total_steps: int) -> float:
+        """Seconds alone on `gpus` GPUs: measured for (job type, scale factor), else the flat family rate."""
+        if self.measured is not None:
+            key = str((job_type, gpus))
+            if key not in self.measured:
+                raise ctx.error("job_type", f"{job_type} x {gpus} GPU(s)",
+                                f"a (job type, scale factor) in the {self.gpu_type} throughput table")
+            return total_steps / self.measured[key]
+        table = self.table
+        rate = table.get(job_type, table.get(job_family(job_type), self.default_steps_per_s))
+        if rate is None:
+            known = ", ".join(sorted(table))
+            raise ctx.error("job_type", job_type,
+                            f"a job type with a known steps/s ({known}); pass steps_per_s or default_steps_per_s")
+        return total_steps / (rate * gpus)
 
 
 def _measured(throughputs: PathArg | Mapping[str, Any], gpu_type: str) -> dict[str, float]:
