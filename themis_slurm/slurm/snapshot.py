@@ -40,7 +40,7 @@ from themis_slurm.slurm.limits import (
     sacctmgr_assoc,
 )
 from themis_slurm.slurm.model import AdapterConfig, ManagedJob, NodeRoom, Snapshot
-from themis_slurm.slurm.options import is_record, parse_progress, parse_record
+from themis_slurm.slurm.options import Record, is_record, parse_progress, parse_record
 from themis_slurm.slurm.parse import job_from_json, load_json, node_from_json
 from themis_slurm.slurm.ranges import parse_int_list
 from themis_slurm.slurm.records import JOB_BASE_STATES, SlurmJob, SlurmNode
@@ -275,31 +275,11 @@ def managed_jobs_of(job: SlurmJob, topo: Topology, warnings: list[str], now: flo
     progress, progress_error = parse_progress(job.comment)
     if progress_error:
         warnings.append(f"job {job.job_id}: {progress_error}")
-    if job.gpu_indices:
-        node_gpus = {n: len(i) for n, i in job.gpu_indices.items()}
-        gpu_ids = _gpu_ids(job, topo, warnings)
-    else:
-        node_gpus = {n: job.gpus_per_node for n in job.nodes} if job.nodes and job.gpus_per_node else {}
-        gpu_ids = frozenset()
+    node_gpus, gpu_ids = _gpus_held(job, topo, warnings)
     user = job.user_name or (str(job.user_id) if job.user_id is not None else "?")
-    blocked = blocked_reason(job, now)
-    allowed, limits = placement_limits(job, record.nodes, topo, nodes or {})
-    if job.state == "PENDING" and blocked is None:
-        blocked = never_fits(job, allowed, limits, topo, fixed_nodes(job))
-        if blocked is not None:
-            warnings.append(f"job {job.job_id} ({user}): {blocked}")
-    if job.state == "PENDING" and blocked is None and slurm_limits is not None:
-        blocked = slurm_limits.blocked(user, job.account, (job_partitions(job) or ("",))[0], job.qos, job.gpus_total)
-    if job.state == "PENDING" and reservations and now is not None:  # for now, not for ever: after never_fits
-        allowed, limits = around_reservations(job, allowed, limits, topo, reservations, now)
-    if job.array_job_id is not None and job.array_task_id is None and job.array_task_spec:
-        try:
-            tasks: list[int | None] = list(array_tasks(job.array_task_spec))
-        except ValueError as exc:
-            warnings.append(f"job {job.job_id}: array tasks {job.array_task_spec!r}: {exc}")
-            tasks = []
-    else:
-        tasks = [job.array_task_id]
+    blocked, allowed, limits = _blocked_and_allowed(job, user, record, topo, warnings, now, nodes or {},
+                                                    reservations, slurm_limits)  # fmt: skip
+    tasks = _tasks(job, warnings)
     return [
         ManagedJob(
             job_id=_job_id_text(job, task),
@@ -344,6 +324,46 @@ def managed_jobs_of(job: SlurmJob, topo: Topology, warnings: list[str], now: flo
         )
         for task in tasks
     ]
+
+
+def _gpus_held(job: SlurmJob, topo: Topology, warnings: list[str]) -> tuple[dict[str, int], frozenset[int]]:
+    """GPUs per node the job holds, and their ids in the topology (none known without Slurm's GPU indices)."""
+    if job.gpu_indices:
+        return {n: len(i) for n, i in job.gpu_indices.items()}, _gpu_ids(job, topo, warnings)
+    node_gpus = {n: job.gpus_per_node for n in job.nodes} if job.nodes and job.gpus_per_node else {}
+    return node_gpus, frozenset()
+
+
+def _blocked_and_allowed(
+    job: SlurmJob, user: str, record: Record, topo: Topology, warnings: list[str], now: float | None,
+    nodes: Mapping[str, SlurmNode], reservations: Sequence[Reservation], slurm_limits: LimitView | None
+) -> tuple[str | None, frozenset[str] | None, str]:
+    """Why the job may not start now (None: it may), the nodes it may go to (None: any) and what limits them.
+
+    A pending job not blocked otherwise is blocked when it can never fit, then by a QOS or association limit
+    that binds now; a reservation narrows its nodes for now (after never_fits: not for ever)."""
+    blocked = blocked_reason(job, now)
+    allowed, limits = placement_limits(job, record.nodes, topo, nodes)
+    if job.state == "PENDING" and blocked is None:
+        blocked = never_fits(job, allowed, limits, topo, fixed_nodes(job))
+        if blocked is not None:
+            warnings.append(f"job {job.job_id} ({user}): {blocked}")
+    if job.state == "PENDING" and blocked is None and slurm_limits is not None:
+        blocked = slurm_limits.blocked(user, job.account, (job_partitions(job) or ("",))[0], job.qos, job.gpus_total)
+    if job.state == "PENDING" and reservations and now is not None:
+        allowed, limits = around_reservations(job, allowed, limits, topo, reservations, now)
+    return blocked, allowed, limits
+
+
+def _tasks(job: SlurmJob, warnings: list[str]) -> list[int | None]:
+    """The array task ids the record stands for: each task of a pending array remainder, else its own."""
+    if job.array_job_id is not None and job.array_task_id is None and job.array_task_spec:
+        try:
+            return list(array_tasks(job.array_task_spec))
+        except ValueError as exc:
+            warnings.append(f"job {job.job_id}: array tasks {job.array_task_spec!r}: {exc}")
+            return []
+    return [job.array_task_id]
 
 
 def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], topo: Topology,
