@@ -103,83 +103,126 @@ class _Progress:
             self.last = None
 
 
+def _stacked(*decorators: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """The decorators as one, applied as if written one above the other in this order: the options of a
+    group stay together, and ``--help`` lists them in the order written."""
+
+    def apply(f: Any) -> Any:
+        for decorator in reversed(decorators):
+            f = decorator(f)
+        return f
+
+    return apply
+
+
+#: What is simulated: a trace and its loader's options, or the paper workload.
+_workload_options = _stacked(
+    click.option("--trace", "trace_path", type=click.Path(dir_okay=False), help="Trace file (needs --format)."),
+    click.option("--format", "fmt", type=click.Choice(["hyperdrive", "chronus", "gavel", "sacct"]),
+                 help="Trace format (sacct: a site's own `sacct --json` or `sacct -P` export, see docs/user-guide.md)."),
+    click.option("--group-by", help="What makes an app: chronus job|user|user+model, gavel job|job_type, "
+                                    "sacct themis|array|user|job."),
+    click.option("--time-unit", type=float, help="Seconds per time unit of a chronus trace (default 1)."),
+    click.option("--throughputs", type=click.Path(dir_okay=False),
+                 help="gavel: Gavel's simulation_throughputs.json, for exact run times per (job type, GPUs); "
+                      "without it run times come from flat per-family rates (an approximation, up to 54x off)."),
+    click.option("--gpu-type", help="gavel: the GPU type of --throughputs to use (default v100)."),
+    click.option("--skip-bad", is_flag=True, help="Skip invalid trace rows (and say how many) instead of failing."),
+    click.option("--app-interval", type=float, help="hyperdrive: space app arrivals this many seconds apart."),
+    click.option("--workload", type=click.Choice(["paper"]), help="Synthetic workload (the default without --trace)."),
+    click.option("--contention", type=float, default=_SPEC.contention, show_default=True,
+                 help="Paper workload load multiplier."),
+    click.option("--sensitive-fraction", type=click.FloatRange(0, 1), help="Fraction of placement-sensitive apps."),
+    click.option("--apps", type=click.IntRange(min=1), help="Apps of the paper workload at contention 1 (default 84)."),
+)
+
+#: The simulated cluster's shape.
+_cluster_options = _stacked(
+    click.option("--racks", type=click.IntRange(min=1), default=2, show_default=True),
+    click.option("--nodes-per-rack", type=click.IntRange(min=1), default=8, show_default=True),
+    click.option("--gpus-per-node", type=click.IntRange(min=1), default=4, show_default=True),
+    click.option("--islands-per-node", type=click.IntRange(min=1), default=1, show_default=True),
+)
+
+#: Which policies run, and Themis's knobs.
+_policy_options = _stacked(
+    click.option("--policies", help="Comma-separated policy names (default: all registered)."),
+    click.option("--lease", type=float, default=_ARB.lease_s, show_default=True, help="Lease length, seconds."),
+    click.option("--fairness-knob", type=float, default=_ARB.fairness_knob, show_default=True, help="Themis f in [0, 1)."),
+    click.option("--restart-cost", type=float, default=_SIM.restart_cost_s, show_default=True,
+                 help="Seconds lost per restart (charged by the simulator; Themis's bids assume the same)."),
+    click.option("--solver", type=click.Choice(SOLVERS), default=_ARB.solver, show_default=True,
+                 help="Themis winner determination: exact MILP for small rounds (auto), always exact, or fast greedy."),
+    click.option("--reserve-wide-gangs/--no-reserve-wide-gangs", default=_ARB.reserve_wide_gangs, show_default=True,
+                 help="Themis reserves GPUs for long-waiting wide gangs."),
+    click.option("--keep-wide-gangs/--no-keep-wide-gangs", default=_ARB.keep_wide_gangs, show_default=True,
+                 help="Themis renews a started wide gang at its lease expiry unless its app is clearly ahead."),
+    click.option("--keep-in-place/--no-keep-in-place", default=_ARB.keep_in_place, show_default=True,
+                 help="Themis gives a lease holder its GPUs back where a move would change no placement."),
+    click.option("--rank-at-share", type=click.FloatRange(min=0), default=_ARB.rank_at_share, show_default=True,
+                 help="Themis offers the pool to the apps with the worst rho at this multiple of a fair share "
+                      "(0: under what they keep, as the paper)."),
+    click.option("--leftover-order", type=click.Choice(LEFTOVER_ORDERS), default=_ARB.leftover_order, show_default=True,
+                 help="Themis's leftover: earliest virtual deadline first, or worst rho first (the authors')."),
+)
+
+#: What the policies are told: estimate errors and their calibration, the tenancy.
+_world_options = _stacked(
+    click.option("--estimate-error", default=str(_SIM.estimate_error), show_default=True,
+                 help="none | uniform:A:B | lognormal:SIGMA"),
+    click.option("--calibrate/--no-calibrate", default=_SIM.calibration.enabled, show_default=True,
+                 help="Scale each user's estimates by the median true/estimated work of their finished jobs "
+                      "(as themisd does; docs/design.md)."),
+    click.option("--calibration-min-jobs", type=click.IntRange(min=1), default=_SIM.calibration.min_jobs,
+                 show_default=True, help="Finished jobs a user (and the cluster) needs before calibrating."),
+    click.option("--calibration-window", type=click.IntRange(min=1), default=_SIM.calibration.window,
+                 show_default=True, help="A user's most recent finished jobs that count."),
+    click.option("--calibration-raise-above", type=click.FloatRange(min=1), default=_SIM.calibration.raise_above,
+                 show_default=True, help="Raise the estimates of a user whose jobs outrun them by more than this "
+                                         "(median), down to this tolerance; inf: never."),
+    click.option("--levels", default="app", show_default=True,
+                 help="Tenancy: the levels an app's share comes from, top-down, ending with app: app (each app "
+                      "1/N, the paper's), user,app (each user with work an equal share, split among its apps) "
+                      "or account,user,app. Users and accounts come from the trace (Philly's virtual cluster, "
+                      "sacct's User and Account, chronus user)."),
+    click.option("--shares", "shares_path", type=click.Path(dir_okay=False),
+                 help="CSV account,user,shares: the accounts' shares (rows with an empty user) and the users' "
+                      "within them; missing ones have 1. Needs --levels with account or user."),
+)
+
+#: The run: its seed, a sweep, and how the simulated jobs report, save and stretch.
+_run_options = _stacked(
+    click.option("--seed", type=int, default=_ARB.seed, show_default=True,
+                 help="Seeds the workload, the estimate errors and Themis's lottery."),
+    click.option("--sweep", help="NAME=v1,v2,... with NAME in fairness-knob, lease, contention, sensitive-fraction."),
+    click.option("--round-interval", type=float, default=_SIM.round_interval_s, show_default=True,
+                 help="Call policies at most every this many seconds (0: at every event)."),
+    click.option("--progress-interval", type=float, default=_SIM.progress_interval_s, show_default=True,
+                 help="Running jobs report their progress every this many seconds (0: never), as with "
+                      "`themis progress` does on Slurm."),
+    click.option("--no-checkpoint", type=float, default=_SIM.no_checkpoint, show_default=True,
+                 help="Fraction of jobs (drawn with --seed) that never checkpoint: a preemption throws away all "
+                      "they did, as --themis-ckpt=no says on Slurm (the others checkpoint at the warning)."),
+    click.option("--elastic", is_flag=True, help="Make every job elastic (1..gpus GPUs)."),
+    click.option("--node-shaped", is_flag=True, help="Jobs wider than a node ask for whole nodes."),
+    click.option("--max-jobs", type=click.IntRange(min=1), help="Only the first N jobs (quick runs)."),
+)
+
+#: Where the results go and how they are shown.
+_output_options = _stacked(
+    click.option("--out", type=click.Path(file_okay=False), help="Write CSV, JSON and PNG plots here."),
+    click.option("--json", "as_json", is_flag=True, help="Print the JSON summary instead of a table."),
+    click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: when a TTY)."),
+)
+
+
 @click.command("simulate")
-@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), help="Trace file (needs --format).")
-@click.option("--format", "fmt", type=click.Choice(["hyperdrive", "chronus", "gavel", "sacct"]),
-              help="Trace format (sacct: a site's own `sacct --json` or `sacct -P` export, see docs/user-guide.md).")
-@click.option("--group-by", help="What makes an app: chronus job|user|user+model, gavel job|job_type, "
-                                 "sacct themis|array|user|job.")
-@click.option("--time-unit", type=float, help="Seconds per time unit of a chronus trace (default 1).")
-@click.option("--throughputs", type=click.Path(dir_okay=False),
-              help="gavel: Gavel's simulation_throughputs.json, for exact run times per (job type, GPUs); "
-                   "without it run times come from flat per-family rates (an approximation, up to 54x off).")
-@click.option("--gpu-type", help="gavel: the GPU type of --throughputs to use (default v100).")
-@click.option("--skip-bad", is_flag=True, help="Skip invalid trace rows (and say how many) instead of failing.")
-@click.option("--app-interval", type=float, help="hyperdrive: space app arrivals this many seconds apart.")
-@click.option("--workload", type=click.Choice(["paper"]), help="Synthetic workload (the default without --trace).")
-@click.option("--contention", type=float, default=_SPEC.contention, show_default=True,
-              help="Paper workload load multiplier.")
-@click.option("--sensitive-fraction", type=click.FloatRange(0, 1), help="Fraction of placement-sensitive apps.")
-@click.option("--apps", type=click.IntRange(min=1), help="Apps of the paper workload at contention 1 (default 84).")
-@click.option("--racks", type=click.IntRange(min=1), default=2, show_default=True)
-@click.option("--nodes-per-rack", type=click.IntRange(min=1), default=8, show_default=True)
-@click.option("--gpus-per-node", type=click.IntRange(min=1), default=4, show_default=True)
-@click.option("--islands-per-node", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--policies", help="Comma-separated policy names (default: all registered).")
-@click.option("--lease", type=float, default=_ARB.lease_s, show_default=True, help="Lease length, seconds.")
-@click.option("--fairness-knob", type=float, default=_ARB.fairness_knob, show_default=True, help="Themis f in [0, 1).")
-@click.option("--restart-cost", type=float, default=_SIM.restart_cost_s, show_default=True,
-              help="Seconds lost per restart (charged by the simulator; Themis's bids assume the same).")
-@click.option("--solver", type=click.Choice(SOLVERS), default=_ARB.solver, show_default=True,
-              help="Themis winner determination: exact MILP for small rounds (auto), always exact, or fast greedy.")
-@click.option("--reserve-wide-gangs/--no-reserve-wide-gangs", default=_ARB.reserve_wide_gangs, show_default=True,
-              help="Themis reserves GPUs for long-waiting wide gangs.")
-@click.option("--keep-wide-gangs/--no-keep-wide-gangs", default=_ARB.keep_wide_gangs, show_default=True,
-              help="Themis renews a started wide gang at its lease expiry unless its app is clearly ahead.")
-@click.option("--keep-in-place/--no-keep-in-place", default=_ARB.keep_in_place, show_default=True,
-              help="Themis gives a lease holder its GPUs back where a move would change no placement.")
-@click.option("--rank-at-share", type=click.FloatRange(min=0), default=_ARB.rank_at_share, show_default=True,
-              help="Themis offers the pool to the apps with the worst rho at this multiple of a fair share "
-                   "(0: under what they keep, as the paper).")
-@click.option("--leftover-order", type=click.Choice(LEFTOVER_ORDERS), default=_ARB.leftover_order, show_default=True,
-              help="Themis's leftover: earliest virtual deadline first, or worst rho first (the authors').")
-@click.option("--estimate-error", default=str(_SIM.estimate_error), show_default=True,
-              help="none | uniform:A:B | lognormal:SIGMA")
-@click.option("--calibrate/--no-calibrate", default=_SIM.calibration.enabled, show_default=True,
-              help="Scale each user's estimates by the median true/estimated work of their finished jobs "
-                   "(as themisd does; docs/design.md).")
-@click.option("--calibration-min-jobs", type=click.IntRange(min=1), default=_SIM.calibration.min_jobs,
-              show_default=True, help="Finished jobs a user (and the cluster) needs before calibrating.")
-@click.option("--calibration-window", type=click.IntRange(min=1), default=_SIM.calibration.window,
-              show_default=True, help="A user's most recent finished jobs that count.")
-@click.option("--calibration-raise-above", type=click.FloatRange(min=1), default=_SIM.calibration.raise_above,
-              show_default=True, help="Raise the estimates of a user whose jobs outrun them by more than this "
-                                      "(median), down to this tolerance; inf: never.")
-@click.option("--levels", default="app", show_default=True,
-              help="Tenancy: the levels an app's share comes from, top-down, ending with app: app (each app "
-                   "1/N, the paper's), user,app (each user with work an equal share, split among its apps) "
-                   "or account,user,app. Users and accounts come from the trace (Philly's virtual cluster, "
-                   "sacct's User and Account, chronus user).")
-@click.option("--shares", "shares_path", type=click.Path(dir_okay=False),
-              help="CSV account,user,shares: the accounts' shares (rows with an empty user) and the users' "
-                   "within them; missing ones have 1. Needs --levels with account or user.")
-@click.option("--seed", type=int, default=_ARB.seed, show_default=True,
-              help="Seeds the workload, the estimate errors and Themis's lottery.")
-@click.option("--sweep", help="NAME=v1,v2,... with NAME in fairness-knob, lease, contention, sensitive-fraction.")
-@click.option("--round-interval", type=float, default=_SIM.round_interval_s, show_default=True,
-              help="Call policies at most every this many seconds (0: at every event).")
-@click.option("--progress-interval", type=float, default=_SIM.progress_interval_s, show_default=True,
-              help="Running jobs report their progress every this many seconds (0: never), as with "
-                   "`themis progress` does on Slurm.")
-@click.option("--no-checkpoint", type=float, default=_SIM.no_checkpoint, show_default=True,
-              help="Fraction of jobs (drawn with --seed) that never checkpoint: a preemption throws away all "
-                   "they did, as --themis-ckpt=no says on Slurm (the others checkpoint at the warning).")
-@click.option("--elastic", is_flag=True, help="Make every job elastic (1..gpus GPUs).")
-@click.option("--node-shaped", is_flag=True, help="Jobs wider than a node ask for whole nodes.")
-@click.option("--max-jobs", type=click.IntRange(min=1), help="Only the first N jobs (quick runs).")
-@click.option("--out", type=click.Path(file_okay=False), help="Write CSV, JSON and PNG plots here.")
-@click.option("--json", "as_json", is_flag=True, help="Print the JSON summary instead of a table.")
-@click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: when a TTY).")
+@_workload_options
+@_cluster_options
+@_policy_options
+@_world_options
+@_run_options
+@_output_options
 def simulate(**o: Any) -> None:
     """Simulate scheduling policies and report finish-time fairness and efficiency."""
     spec, topo, knobs, cfg, names, sweep = _options(o)
@@ -244,81 +287,16 @@ def _apply(param: str, value: float, spec: WorkloadSpec, knobs: ArbiterConfig) -
 
 
 def _options(o: dict[str, Any]):
-    path, fmt = o["trace_path"], o["fmt"]
-    if path is not None and o["workload"] is not None:
-        raise click.UsageError("give either --trace or --workload, not both")
-    if path is None:
-        for opt, key in (("--format", "fmt"), ("--group-by", "group_by"), ("--time-unit", "time_unit"),
-                         ("--app-interval", "app_interval"), ("--throughputs", "throughputs"),
-                         ("--gpu-type", "gpu_type")):  # fmt: skip
-            if o[key] is not None:
-                raise _bad(opt, f"{o[key]!r} only applies with --trace")
-        if o["skip_bad"]:
-            raise _bad("--skip-bad", "only applies with --trace")
-        if not o["contention"] > 0:
-            raise _bad("--contention", f"{o['contention']:g} is not > 0")
-        spec = WorkloadSpec("paper", contention=o["contention"], sensitive_fraction=o["sensitive_fraction"],
-                            apps=o["apps"], seed=o["seed"], max_jobs=o["max_jobs"])  # fmt: skip
-    else:
-        if fmt is None:
-            raise _bad("--format", "is required with --trace (hyperdrive, chronus, gavel or sacct)")
-        if not Path(path).is_file():
-            raise _bad("--trace", f"{path!r}: no such file")
-        if o["contention"] != _SPEC.contention or o["apps"] is not None:
-            raise _bad("--contention" if o["contention"] != _SPEC.contention else "--apps",
-                       "only applies with --workload paper")
-        opts: dict[str, Any] = {"skip_bad": o["skip_bad"]}
-        if o["group_by"] is not None:
-            if fmt not in GROUP_BY or o["group_by"] not in GROUP_BY[fmt]:
-                allowed = ", ".join(GROUP_BY.get(fmt, ())) or "none for this format"
-                raise _bad("--group-by", f"{o['group_by']!r} for --format {fmt}; allowed: {allowed}")
-            opts["group_by"] = o["group_by"]
-        if o["time_unit"] is not None:
-            if fmt != "chronus" or not o["time_unit"] > 0:
-                raise _bad("--time-unit", f"{o['time_unit']:g}: must be > 0 and only applies to --format chronus")
-            opts["time_unit_s"] = o["time_unit"]
-        if o["app_interval"] is not None:
-            if fmt != "hyperdrive" or not o["app_interval"] >= 0:
-                raise _bad("--app-interval", f"{o['app_interval']:g}: must be >= 0 and only applies to hyperdrive")
-            opts["app_interval_s"] = o["app_interval"]
-        if o["throughputs"] is not None or o["gpu_type"] is not None:
-            if fmt != "gavel":
-                opt = "--throughputs" if o["throughputs"] is not None else "--gpu-type"
-                raise _bad(opt, f"only applies to --format gavel, not {fmt}")
-            if o["throughputs"] is None:
-                raise _bad("--gpu-type", "needs --throughputs (the flat rates have no GPU types)")
-            if not Path(o["throughputs"]).is_file():
-                raise _bad("--throughputs", f"{o['throughputs']!r}: no such file")
-            opts["throughputs"] = o["throughputs"]
-            if o["gpu_type"] is not None:
-                opts["gpu_type"] = o["gpu_type"]
-        spec = WorkloadSpec("trace", path=path, fmt=fmt, loader_options=opts,
-                            sensitive_fraction=o["sensitive_fraction"], seed=o["seed"], max_jobs=o["max_jobs"])  # fmt: skip
-    try:
-        topo = Topology.uniform(o["racks"], o["nodes_per_rack"], o["gpus_per_node"], o["islands_per_node"])
-    except ValueError as exc:
-        raise _bad("--islands-per-node", str(exc)) from None
-    if not 0 <= o["fairness_knob"] < 1:
-        raise _bad("--fairness-knob", f"{o['fairness_knob']:g} is not in [0, 1)")
-    if not o["lease"] > 0:
-        raise _bad("--lease", f"{o['lease']:g} is not > 0 seconds")
-    if not o["restart_cost"] >= 0:
-        raise _bad("--restart-cost", f"{o['restart_cost']:g} is not >= 0 seconds")
-    if not o["round_interval"] >= 0:
-        raise _bad("--round-interval", f"{o['round_interval']:g} is not >= 0 seconds")
-    if not (o["progress_interval"] >= 0 and math.isfinite(o["progress_interval"])):
-        raise _bad("--progress-interval", f"{o['progress_interval']:g} is not >= 0 seconds")
-    if not 0.0 <= o["no_checkpoint"] <= 1.0:
-        raise _bad("--no-checkpoint", f"{o['no_checkpoint']:g} is not a fraction in [0, 1]")
+    """The run the options ask for: workload, cluster, Themis's knobs, the simulated world, the policies and
+    the sweep (bad options exit 2 naming the option and value, checked in this order)."""
+    spec = _workload(o)
+    topo = _cluster(o)
+    _check_knobs(o)
     try:
         err = EstimateError.parse(o["estimate_error"])
     except ValueError as exc:
         raise _bad("--estimate-error", str(exc)) from None
-    if o["calibration_window"] < o["calibration_min_jobs"]:
-        raise _bad("--calibration-window", f"{o['calibration_window']} is below --calibration-min-jobs "
-                   f"{o['calibration_min_jobs']}")
-    calibration = CalibrationConfig(o["calibrate"], o["calibration_min_jobs"], o["calibration_window"],
-                                    o["calibration_raise_above"])
+    calibration = _calibration(o)
     tenancy = _tenancy(o["levels"], o["shares_path"])
     knobs = replace(_ARB, fairness_knob=o["fairness_knob"], lease_s=o["lease"], seed=o["seed"],
                     restart_cost_s=o["restart_cost"], solver=o["solver"],
@@ -332,6 +310,103 @@ def _options(o: dict[str, Any]):
     names = _parse_policies(o["policies"])
     sweep = _parse_sweep(o["sweep"], spec.kind == "paper")
     return spec, topo, knobs, cfg, names, sweep
+
+
+def _workload(o: dict[str, Any]) -> WorkloadSpec:
+    """The paper workload (no --trace), or the trace with its loader's options."""
+    if o["trace_path"] is not None and o["workload"] is not None:
+        raise click.UsageError("give either --trace or --workload, not both")
+    if o["trace_path"] is not None:
+        return _trace_workload(o)
+    for opt, key in (("--format", "fmt"), ("--group-by", "group_by"), ("--time-unit", "time_unit"),
+                     ("--app-interval", "app_interval"), ("--throughputs", "throughputs"),
+                     ("--gpu-type", "gpu_type")):  # fmt: skip
+        if o[key] is not None:
+            raise _bad(opt, f"{o[key]!r} only applies with --trace")
+    if o["skip_bad"]:
+        raise _bad("--skip-bad", "only applies with --trace")
+    if not o["contention"] > 0:
+        raise _bad("--contention", f"{o['contention']:g} is not > 0")
+    return WorkloadSpec("paper", contention=o["contention"], sensitive_fraction=o["sensitive_fraction"],
+                        apps=o["apps"], seed=o["seed"], max_jobs=o["max_jobs"])  # fmt: skip
+
+
+def _trace_workload(o: dict[str, Any]) -> WorkloadSpec:
+    """--trace FILE --format F and the options of F's loader (each only where F has it)."""
+    path, fmt = o["trace_path"], o["fmt"]
+    if fmt is None:
+        raise _bad("--format", "is required with --trace (hyperdrive, chronus, gavel or sacct)")
+    if not Path(path).is_file():
+        raise _bad("--trace", f"{path!r}: no such file")
+    if o["contention"] != _SPEC.contention or o["apps"] is not None:
+        raise _bad("--contention" if o["contention"] != _SPEC.contention else "--apps",
+                   "only applies with --workload paper")
+    opts: dict[str, Any] = {"skip_bad": o["skip_bad"]}
+    if o["group_by"] is not None:
+        if fmt not in GROUP_BY or o["group_by"] not in GROUP_BY[fmt]:
+            allowed = ", ".join(GROUP_BY.get(fmt, ())) or "none for this format"
+            raise _bad("--group-by", f"{o['group_by']!r} for --format {fmt}; allowed: {allowed}")
+        opts["group_by"] = o["group_by"]
+    if o["time_unit"] is not None:
+        if fmt != "chronus" or not o["time_unit"] > 0:
+            raise _bad("--time-unit", f"{o['time_unit']:g}: must be > 0 and only applies to --format chronus")
+        opts["time_unit_s"] = o["time_unit"]
+    if o["app_interval"] is not None:
+        if fmt != "hyperdrive" or not o["app_interval"] >= 0:
+            raise _bad("--app-interval", f"{o['app_interval']:g}: must be >= 0 and only applies to hyperdrive")
+        opts["app_interval_s"] = o["app_interval"]
+    if o["throughputs"] is not None or o["gpu_type"] is not None:
+        opts.update(_gavel_throughputs(o, fmt))
+    return WorkloadSpec("trace", path=path, fmt=fmt, loader_options=opts,
+                        sensitive_fraction=o["sensitive_fraction"], seed=o["seed"], max_jobs=o["max_jobs"])  # fmt: skip
+
+
+def _gavel_throughputs(o: dict[str, Any], fmt: str) -> dict[str, Any]:
+    """The gavel loader's --throughputs file and --gpu-type (the latter needs the former)."""
+    if fmt != "gavel":
+        opt = "--throughputs" if o["throughputs"] is not None else "--gpu-type"
+        raise _bad(opt, f"only applies to --format gavel, not {fmt}")
+    if o["throughputs"] is None:
+        raise _bad("--gpu-type", "needs --throughputs (the flat rates have no GPU types)")
+    if not Path(o["throughputs"]).is_file():
+        raise _bad("--throughputs", f"{o['throughputs']!r}: no such file")
+    opts = {"throughputs": o["throughputs"]}
+    if o["gpu_type"] is not None:
+        opts["gpu_type"] = o["gpu_type"]
+    return opts
+
+
+def _cluster(o: dict[str, Any]) -> Topology:
+    """The simulated cluster: racks of nodes of GPUs, split into islands."""
+    try:
+        return Topology.uniform(o["racks"], o["nodes_per_rack"], o["gpus_per_node"], o["islands_per_node"])
+    except ValueError as exc:
+        raise _bad("--islands-per-node", str(exc)) from None
+
+
+def _check_knobs(o: dict[str, Any]) -> None:
+    """Themis's knobs (fairness knob, lease, restart cost) and the simulated world's times in range."""
+    if not 0 <= o["fairness_knob"] < 1:
+        raise _bad("--fairness-knob", f"{o['fairness_knob']:g} is not in [0, 1)")
+    if not o["lease"] > 0:
+        raise _bad("--lease", f"{o['lease']:g} is not > 0 seconds")
+    if not o["restart_cost"] >= 0:
+        raise _bad("--restart-cost", f"{o['restart_cost']:g} is not >= 0 seconds")
+    if not o["round_interval"] >= 0:
+        raise _bad("--round-interval", f"{o['round_interval']:g} is not >= 0 seconds")
+    if not (o["progress_interval"] >= 0 and math.isfinite(o["progress_interval"])):
+        raise _bad("--progress-interval", f"{o['progress_interval']:g} is not >= 0 seconds")
+    if not 0.0 <= o["no_checkpoint"] <= 1.0:
+        raise _bad("--no-checkpoint", f"{o['no_checkpoint']:g} is not a fraction in [0, 1]")
+
+
+def _calibration(o: dict[str, Any]) -> CalibrationConfig:
+    """How the simulated themisd calibrates users' estimates (--calibrate and its window)."""
+    if o["calibration_window"] < o["calibration_min_jobs"]:
+        raise _bad("--calibration-window", f"{o['calibration_window']} is below --calibration-min-jobs "
+                   f"{o['calibration_min_jobs']}")
+    return CalibrationConfig(o["calibrate"], o["calibration_min_jobs"], o["calibration_window"],
+                             o["calibration_raise_above"])
 
 
 def _tenancy(levels: str, shares: str | None) -> Tenancy:
