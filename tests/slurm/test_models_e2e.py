@@ -90,26 +90,13 @@ def test_without_the_lists_a_sites_class_is_refused(cluster: Cluster) -> None:
 
 
 def _explain(cfg: Path, job_id: int, env: dict[str, str]) -> tuple[str, dict]:
-    """`themis explain` from themisd's state database (the test config serves no API)."""
-    text = subprocess.run(
-        [*THEMIS, "explain", str(job_id), "--config", str(cfg)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=True,
-    ).stdout
-    doc = json.loads(
-        subprocess.run(
-            [*THEMIS, "explain", str(job_id), "--config", str(cfg), "--json"],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=60,
-            check=True,
-        ).stdout
-    )
-    return text, doc
+    """`themis explain` from themisd's state database (the test config serves no API): text and JSON."""
+
+    def run(*extra: str) -> str:
+        return subprocess.run([*THEMIS, "explain", str(job_id), "--config", str(cfg), *extra],
+                              capture_output=True, text=True, env=env, timeout=60, check=True).stdout
+
+    return run(), json.loads(run("--json"))
 
 
 @pytest.mark.slow
