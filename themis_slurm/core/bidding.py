@@ -124,5 +124,3 @@ def offer(rs: RoundState) -> None:
     """The bidders: the first 1 - f of the ranking (after a reservation may have rebuilt an agent)."""
     n = bidders_offered(rs.cfg.fairness_knob, len(rs.ranked))
     rs.bidders = [rs.agents[a] for a in rs.ranked[:n]]
-    # an app whose expiring holder has work it has not saved is offered too: it must be able to bid to keep it
-    rs.bidders += [rs.agents[a] for a in rs.ranked[n:] if rs.agents[a].at_risk > 0.0]

@@ -352,16 +352,20 @@ class ByRho(FillOrder):
 
 class ByDeadline(FillOrder):
     """``deadline``: the job latest against its app's private-share pace first; a gang off its job's
-    home (a restart) costs `restart_s` seconds of lateness. Each kind's best offer only."""
+    home (a restart) costs `restart_s` seconds of lateness, and a holder renewed at home gains the time its
+    unsaved work would take to do again on it (Agent.risk_of / the gang's throughput). Each kind's best
+    offer only."""
 
     name = "deadline"
     small_offers = False
     tie = TIE_S
 
     def priorities(self, fill: Fill, app: AppFill, kept: KindOffers) -> list[float]:
-        job = kept.job
-        at_home = app.agent.homes.get(job.id) == kept.offers[0][0]
-        return [app.agent.lateness(job) + (0.0 if at_home else -fill.restart_s)]
+        job, (gpus, _, throughput) = kept.job, kept.offers[0]
+        ag = app.agent
+        if ag.homes.get(job.id) != gpus:
+            return [ag.lateness(job) - fill.restart_s]
+        return [ag.lateness(job) + (ag.risk_of(job.id) / throughput if app.lost else 0.0)]
 
     def bound(self, fill: Fill, app: AppFill) -> float | None:
         """Exact for plain jobs (never at home): the latest head job's lateness less the restart."""

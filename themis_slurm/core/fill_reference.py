@@ -102,7 +102,9 @@ def priority(by: str, app: RefApp, job: Job, offer: Offer, restart_s: float) -> 
         return gain(by, app, len(gpus), throughput, 0.0 if away else ag.risk_of(job.id))
     if by == "rho":
         return math.log(ag.rho_of(app.x, ag.lost_without(app.gangs))) + (math.log(ag.start_keep) if away else 0.0)
-    return ag.lateness(job) + (-restart_s if away else 0.0)
+    if away:
+        return ag.lateness(job) - restart_s
+    return ag.lateness(job) + ag.risk_of(job.id) / throughput  # a renewal redoes none of its unsaved work
 
 
 def bound(by: str, app: RefApp, restart_s: float) -> float | None:

@@ -53,7 +53,8 @@ def charge(rs: RoundState, solved: Solved) -> None:
 def keep_winnings(rs: RoundState) -> None:
     """Each winner takes what it keeps after its payment, up to the visibility stop, out of the pool."""
     assert rs.x_star is not None
-    outside = [rs.rho_now[a] for a in rs.ranked[len(rs.bidders):]]
+    bid = {b.app_id for b in rs.bidders}
+    outside = [rs.rho_now[a] for a in rs.ranked if a not in bid]
     level = max(outside) if outside else 0.0  # the worst rho outside the auction
     have = tenant_gpus(rs) if rs.quota else {}
     winners = rs.x_star.bundles.items()
