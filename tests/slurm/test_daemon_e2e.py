@@ -987,7 +987,9 @@ def test_fail_open_when_themisd_is_gone_and_back_without_double_starts(cluster: 
         assert _state(cluster, first)[0] == "RUNNING", d.log.read_text()[-3000:]  # started by themisd
         d.stop()
         stopped = time.monotonic()
-        held = submit(cluster, BOB, "gpu:2", "themis:app=fo2,est=20s", 5)  # heartbeat still fresh: held
+        # held and unheld run long enough (20 steps) to be still running when themisd is back to adopt them,
+        # however long its start takes on a loaded machine
+        held = submit(cluster, BOB, "gpu:2", "themis:app=fo2,est=20s", 20)  # heartbeat still fresh: held
         assert cluster.wait_job(held, "PENDING", reason="JobHeldUser", timeout=10)
         failopen = [*d.who.argv("failopen", "--config", str(d.config))]
         res = subprocess.run(failopen, env=d.env, cwd=REPO, capture_output=True, text=True, timeout=60,
@@ -995,7 +997,7 @@ def test_fail_open_when_themisd_is_gone_and_back_without_double_starts(cluster: 
         assert res.returncode == 0 and "alive" in res.stderr, res.stderr  # too early: nothing done
         assert _state(cluster, held) == ("PENDING", "JobHeldUser")
         time.sleep(max(0.0, stopped + FAIL_OPEN_S + 6 - time.monotonic()))  # + the lua's 5 s read cache
-        unheld = submit(cluster, BOB, "gpu:1", "themis:app=fo3,est=20s", 5)  # gone: not held at submit
+        unheld = submit(cluster, BOB, "gpu:1", "themis:app=fo3,est=20s", 20)  # gone: not held at submit
         res = subprocess.run(failopen, env=d.env, cwd=REPO, capture_output=True, text=True, timeout=60,
                              check=False, **d.who.popen())
         assert res.returncode == 0 and "FAIL-OPEN" in res.stderr and f"job={held}" in res.stderr, res.stderr
@@ -1012,7 +1014,7 @@ def test_fail_open_when_themisd_is_gone_and_back_without_double_starts(cluster: 
         while time.monotonic() < deadline and done_jobs_of(cluster, jobs) != set(jobs):
             time.sleep(1)
         done = done_jobs(cluster)
-        assert {j: done.get(j) for j in jobs} == {first: [6], held: [5], unheld: [5], late: [4]}, \
+        assert {j: done.get(j) for j in jobs} == {first: [6], held: [20], unheld: [20], late: [4]}, \
             d.log.read_text()[-3000:]  # each completed exactly once, with all its work
         log = d.log.read_text()
         assert f"adopted app=themis-bob/fo2 job={held}" in log and f"adopted app=themis-bob/fo3 job={unheld}" in log
