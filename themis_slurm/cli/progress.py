@@ -5,7 +5,7 @@ Comment=...``), which job owners may do; themisd reads it on its next cycle. The
 any free text in it is lost (the trusted AdminComment record is not touched). Run as an argument list:
 nothing user-supplied ever reaches a shell.
 
-Inside an array task the job is addressed as ``ARRAYID_TASKID`` (`job_of_environment`): the last task of
+Inside an array task the job is addressed as ``ARRAYID_TASKID`` (`jobkit.job_id`): the last task of
 an array runs under the array's own JobId, and an update of that bare id is applied by Slurm to every task
 of the array, so one task's report would become every task's.
 """
@@ -13,12 +13,14 @@ of the array, so one task's report would become every task's.
 from __future__ import annotations
 
 import math
-import os
 import re
 import subprocess
 import sys
 
 import click
+
+from themis_slurm.jobkit import job_id as own_job_id
+from themis_slurm.jobkit import progress_comment  # the one writer of the Comment, shared with training jobs
 
 TIMEOUT_S = 30.0
 
@@ -34,19 +36,6 @@ def _fraction(ctx: click.Context, param: click.Parameter, value: str) -> float:
     return f
 
 
-def job_of_environment(env: dict[str, str] | os._Environ[str]) -> str | None:
-    """The id that addresses this job alone: ``A_T`` in an array task, else ``$SLURM_JOB_ID``."""
-    array, task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
-    if array and task:
-        return f"{array}_{task}"
-    return env.get("SLURM_JOB_ID") or None
-
-
-def progress_comment(fraction: float) -> str:
-    """The Comment the adapter parses (``themis:progress=F``); at most 4 decimals keep it short."""
-    return f"themis:progress={round(fraction, 4):g}"
-
-
 @click.command("progress")
 @click.argument("fraction", callback=_fraction, metavar="FRACTION")
 @click.option("--job", "job_id", default=None, metavar="JOBID",
@@ -54,7 +43,7 @@ def progress_comment(fraction: float) -> str:
                    "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID} in an array task).")
 def progress(fraction: float, job_id: str | None) -> None:
     """Report that this job has done FRACTION (0..1, or 42%) of its work; run it inside the job."""
-    job_id = job_id or job_of_environment(os.environ)
+    job_id = job_id or own_job_id()
     if not job_id:
         click.echo("themis progress: error: not inside a Slurm job ($SLURM_JOB_ID is not set): run it from "
                    "your job script, or give --job JOBID", err=True)

@@ -40,7 +40,7 @@ ALLOWED: dict[str, set[str]] = {
     "api": {"core", "slurm", "reasons", "tenant_levels", "state"},
     "daemon": {"core", "slurm", "reasons", "tenant_levels", "state", "api", "gc_pause"},
     "cli": {"core", "slurm", "policies", "reasons", "tenant_levels", "state", "sim", "hw", "api", "daemon",
-            "gc_pause"},
+            "gc_pause", "jobkit"},
 }
 
 PROBE = """
