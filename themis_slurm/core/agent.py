@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from themis_slurm.core.fairness import FairnessModel, virtual_lateness
+from themis_slurm.core.gpu_types import gang_speed
 from themis_slurm.core.job_facts import JobFacts, JobFactsCache
 from themis_slurm.core.placement import Pool, Profile, get_profile, throughput
 from themis_slurm.core.quick_init import quick_init
@@ -252,7 +253,10 @@ class Agent:
         home = self.homes.get(job.id) if self.homes else None
         if home is not None and pool.has(home):
             level = pool.topo.level_of(home)
-            return Gang(job.id, home, level, throughput(len(home), level, profile))
+            x = throughput(len(home), level, profile)
+            return Gang(job.id, home, level, x * gang_speed(pool.topo, job, home) if pool.topo.heterogeneous else x)
+        if pool.topo.heterogeneous:
+            return self._place_typed(job, pool, within, profile)
         if job.allowed_nodes is None:  # _search's answer for a job without a set, without the call
             search, where = pool.place, list(within) if within is not None else None
         else:
@@ -278,6 +282,30 @@ class Agent:
                 break
         return best
 
+    def _place_typed(self, job: Job, pool: Pool, within: Iterable[str] | None, profile: Profile) -> Gang | None:
+        """:meth:`place` on a cluster of several GPU types: the best gang on each type the job may run on
+        (its allowed nodes of that type, cut to `within`), and of those the one of most effective throughput
+        (GPUs x placement factor x its speed there; ties: the faster type). So a job takes the type it gains
+        most on among those with room, in the auction and in the leftover alike, and a gang never spans two
+        types (it would run at the slower one's speed)."""
+        best: Gang | None = None
+        inside = None if within is None else set(within)
+        for _t, speed, nodes in self._facts.types_of(job):
+            among = nodes if inside is None else [n for n in nodes if n in inside]
+            if not among:
+                continue
+            found = pool.place_among(job.gpus, job.gpus_per_node, job.nodes, among)
+            if found is None and job.elastic:
+                widest = max((pool.node_free(n) for n in among), default=0)
+                found = pool.place_among(min(job.gpus, widest), None, None, among) if widest else None
+            if found is None:
+                continue
+            gpus, level = found
+            cand = Gang(job.id, gpus, level, len(gpus) * profile.factors[level] * speed * self.start_keep)
+            if best is None or cand.throughput > best.throughput:
+                best = cand
+        return best
+
     def kind(self, job: Job) -> tuple:
         """Jobs of one kind are interchangeable for bidding: same shape, profile and allowed nodes
         (:attr:`Job.kind`), not a lease holder."""
@@ -291,7 +319,7 @@ class Agent:
         if best is None:
             return []
         out = [best]
-        if elastic_small and job.elastic and len(best.gpus) > 1:
+        if elastic_small and job.elastic and len(best.gpus) > 1 and not pool.topo.heterogeneous:
             search, where = (pool.place, None) if job.allowed_nodes is None else self._search(job, pool, None)
             found = search(1, None, None, where)
             if found is not None:
@@ -500,7 +528,7 @@ def _derive(facts: list[JobFacts], shortest_first: list[JobFacts]) -> Derived:
         j = f.job
         profiles[j.id] = profile = f.profile
         groups.setdefault(f.kind, []).append(j)
-        if j.nodes is None and not j.elastic and f.allowed is None:
+        if j.nodes is None and not j.elastic and f.allowed is None and not f.typed:
             plain[j.id] = profile.factors
     return (tuple(f.job for f in facts), tuple(tuple(g) for g in groups.values()), plain, profiles, after,
             longest)  # fmt: skip

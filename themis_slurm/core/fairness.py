@@ -38,6 +38,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import is_
 
+from themis_slurm.core.gpu_types import gang_speed
 from themis_slurm.core.job_facts import SHARED, JobFactsCache
 from themis_slurm.core.placement import get_profile, throughput
 from themis_slurm.core.topology import Level, Topology
@@ -204,6 +205,9 @@ class FairnessModel:
         total = app.finished_work + work
         if total <= 0:
             t_id = rate = 0.0
+        elif self.topology.heterogeneous and app.jobs:
+            rate = self._typed_rate(app, work, float(max(app.peak_gpus, gpus)))
+            t_id = max(total / rate, t_path)
         else:
             share = min(float(max(app.peak_gpus, gpus)), self.cluster_gpus / max(1.0, app.contention))
             factor = work_factor / work if app.jobs else 1.0
@@ -212,6 +216,31 @@ class FairnessModel:
         entry = (app, (t_id, remaining, rem_path), gpus, total, rate)
         self._facts[id(app)] = entry  # type: ignore[attr-defined]
         return entry
+
+    def _typed_rate(self, app: App, work: float, parallelism: float) -> float:
+        """The work per second of the app's private share on a cluster of several GPU types: 1/N of *each*
+        type (C_t x C / |topology| / N GPUs of type t), each GPU at the work-weighted speed of the app's
+        jobs there (a job that may not run on a type adds nothing to it), as Gavel's heterogeneity-aware
+        isolated allocation gives each job 1/n of every type's time (stanford-futuredata/gavel,
+        scheduler/policies/isolated.py). An app that can use fewer GPUs than its share (max parallelism)
+        is charged for its fastest ones only: it would run there on a private cluster."""
+        cache = self.job_facts
+        assert cache is not None
+        per_type: dict[str, float] = {}
+        for j in app.jobs:
+            for t, wf in cache.type_work(j):
+                per_type[t] = per_type.get(t, 0.0) + wf
+        topo = self.topology
+        scale = self.cluster_gpus / topo.size / max(1.0, app.contention)
+        left = parallelism
+        rate = 0.0
+        for t, wf in sorted(per_type.items(), key=lambda e: -e[1]):  # fastest for this app first
+            take = min(topo.type_gpus[t] * scale, left)
+            rate += take * wf / work
+            left -= take
+            if left <= 0.0:
+                break
+        return max(rate, 1e-9)
 
     def one_gpu_times(self, app: App) -> tuple[float, ...]:
         """The remaining run times of `app`'s one-GPU jobs, longest first (:func:`pair_floor`'s input); made
@@ -321,7 +350,8 @@ def job_throughput(job: Job, gpus: Iterable[int], topology: Topology) -> float:
     gpus = list(gpus)
     if not gpus:
         return 0.0
-    return throughput(len(gpus), topology.level_of(gpus), get_profile(job.profile))
+    x = throughput(len(gpus), topology.level_of(gpus), get_profile(job.profile))
+    return x * gang_speed(topology, job, gpus) if topology.heterogeneous else x
 
 
 def app_throughput(

@@ -11,6 +11,7 @@ not depend on whether a cache is kept (tests/unit/core/test_job_facts.py checks 
 
 from __future__ import annotations
 
+from themis_slurm.core.gpu_types import best_speed, gang_speed, job_types
 from themis_slurm.core.placement import Profile, allowed_nodes_on, get_profile, throughput
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import Job
@@ -35,9 +36,9 @@ class JobFacts:
     """What the round needs of one job; see the module docstring."""
 
     __slots__ = ("job", "remaining", "rem_per_gpu", "factor", "work_factor", "run_s", "run_left", "kind",
-                 "profile", "order", "longest_first", "allowed")  # fmt: skip
+                 "profile", "order", "longest_first", "allowed", "typed")  # fmt: skip
 
-    def __init__(self, job: Job, factor: float, allowed: tuple[str, ...] | None) -> None:
+    def __init__(self, job: Job, factor: float, allowed: tuple[str, ...] | None, typed: bool = False) -> None:
         self.job = job  # kept so that its id is not reused while the entry lives
         self.factor = factor  # best placement factor the hardware allows for the job's shape
         self.remaining, self.rem_per_gpu, self.work_factor, self.run_s = job_sums(job, factor)
@@ -54,6 +55,8 @@ class JobFacts:
         #: the nodes it may be placed on, in topology order (None: any node), what every placement of it
         #: reads: kept here so that a fill does not filter the topology's nodes at each try
         self.allowed = allowed
+        #: on a cluster of several GPU types: placed one type at a time (Agent.place), never by the plain fit
+        self.typed = typed
 
 
 class JobFactsCache:
@@ -96,25 +99,58 @@ class JobFactsCache:
     def best_factor(self, job: Job) -> float:
         """The placement factor of the tightest level the hardware allows for the job's shape."""
         key = (job.gpus, job.gpus_per_node, job.nodes, job.profile)
+        topo = self._topology
+        if topo is not None and topo.heterogeneous:  # x its fastest type's speed (core/gpu_types.py)
+            key = (*key, job.speeds, job.allowed_nodes)
         cached = self._factors.get(key)
         if cached is None:
-            assert self._topology is not None, "call use(topology, n) first"
-            level = self._topology.best_level(job.gpus, job.gpus_per_node, job.nodes)
-            cached = self._factors[key] = get_profile(job.profile).factor(level)
+            assert topo is not None, "call use(topology, n) first"
+            level = topo.best_level(job.gpus, job.gpus_per_node, job.nodes)
+            cached = get_profile(job.profile).factor(level)
+            if topo.heterogeneous:
+                cached *= best_speed(topo, job) or 1e-9  # a job no type runs: never faster than nothing
+            self._factors[key] = cached
         return cached
+
+    def type_work(self, job: Job) -> tuple[tuple[str, float], ...]:
+        """(type, work x best placement factor x speed there) for each type `job` may run on: what T_id sums
+        per type on a heterogeneous cluster (FairnessModel). Kept per job's speeds, shape and allowed nodes."""
+        key = ("types", job.gpus, job.gpus_per_node, job.nodes, job.profile, job.speeds, job.allowed_nodes)
+        cached = self._factors.get(key)
+        if cached is None:
+            topo = self._topology
+            assert topo is not None, "call use(topology, n) first"
+            level = topo.best_level(job.gpus, job.gpus_per_node, job.nodes)
+            pf = get_profile(job.profile).factor(level)
+            cached = self._factors[key] = tuple((t, pf * v) for t, v, _ in job_types(topo, job))  # type: ignore[assignment]
+        return tuple((t, job.work * f) for t, f in cached)  # type: ignore[union-attr]
 
     def throughput_on(self, job: Job, gpus: frozenset[int]) -> float:
         """:func:`~themis_slurm.core.fairness.job_throughput` of `job` on `gpus` (a lease's GPUs), kept per
         (profile, GPU set): a lease's GPUs are read again at every round until it ends."""
         if not gpus:
             return 0.0
-        key = (job.profile, gpus)
+        topo = self._topology
+        key = (job.profile, gpus) if topo is None or not topo.heterogeneous else (job.profile, gpus, job.speeds)
         cached = self._throughputs.get(key)
         if cached is None:
-            assert self._topology is not None, "call use(topology, n) first"
-            level = self._topology.level_of(gpus)
-            cached = self._throughputs[key] = throughput(len(gpus), level, get_profile(job.profile))
+            assert topo is not None, "call use(topology, n) first"
+            level = topo.level_of(gpus)
+            cached = throughput(len(gpus), level, get_profile(job.profile))
+            if topo.heterogeneous:
+                cached *= gang_speed(topo, job, gpus)
+            self._throughputs[key] = cached
         return cached
+
+    def types_of(self, job: Job) -> tuple[tuple[str, float, tuple[str, ...]], ...]:
+        """:func:`~themis_slurm.core.gpu_types.job_types` of `job` on this cache's topology, kept per speeds and
+        allowed nodes (what the agent's typed search reads at every placement)."""
+        key = ("where", job.speeds, job.allowed_nodes)
+        hit = self._factors.get(key)
+        if hit is None:
+            assert self._topology is not None, "call use(topology, n) first"
+            hit = self._factors[key] = job_types(self._topology, job)  # type: ignore[assignment]
+        return hit  # type: ignore[return-value]
 
     def numbers(self, job: Job) -> tuple[float, float, float, float]:
         """:func:`job_sums` of `job`: from its JobFacts when kept, else computed and *not* kept. FairnessModel
@@ -132,7 +168,8 @@ class JobFactsCache:
             return hit
         factor = self.best_factor(job)  # checks that a topology is in use
         allowed = None if job.allowed_nodes is None else self.allowed_on(job.allowed_nodes)
-        facts = self._facts[id(job)] = JobFacts(job, factor, allowed)
+        typed = self._topology is not None and self._topology.heterogeneous
+        facts = self._facts[id(job)] = JobFacts(job, factor, allowed, typed)
         return facts
 
     def allowed_on(self, allowed: frozenset[str]) -> tuple[str, ...] | None:

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from themis_slurm.core.agent import Gang
 from themis_slurm.core.decision import GrantSource
+from themis_slurm.core.gpu_types import gang_speed
 from themis_slurm.core.placement import Pool, allowed_nodes_on, get_profile, throughput
 from themis_slurm.core.round_state import RoundState
 from themis_slurm.core.topology import Topology
@@ -112,7 +113,9 @@ class _Swaps:
         """`jid` on `gpus`, at the throughput of that placement (whole when it renews at home)."""
         lvl = self.topo.level_of(gpus)
         keep = 1.0 if self.homes.get(jid) == gpus else self.start_keep
-        return Gang(jid, gpus, lvl, throughput(len(gpus), lvl, get_profile(self.jobs[jid].profile)) * keep)
+        job = self.jobs[jid]
+        speed = gang_speed(self.topo, job, gpus) if self.topo.heterogeneous else 1.0
+        return Gang(jid, gpus, lvl, throughput(len(gpus), lvl, get_profile(job.profile)) * speed * keep)
 
     def swap_one(self) -> bool:
         """Make the first swap (holders in id order) that puts a holder back at home; False: there is none."""

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from themis_slurm.core.agent import Agent, Gang
 from themis_slurm.core.decision import GrantSource, Renewal, RenewalCause, ReservationNote
+from themis_slurm.core.gpu_types import gang_speed, job_types
 from themis_slurm.core.placement import Pool, get_profile, throughput
 from themis_slurm.core.quota import room, tenant_gpus
 from themis_slurm.core.round_state import RoundState
@@ -39,7 +40,8 @@ def reserve_for_wide_gang(rs: RoundState) -> None:
     ag, job, target, start_by = res
     if job.id in ag.homes or all(g in rs.pool for g in target):
         level = topo.level_of(target)
-        gang = Gang(job.id, target, level, throughput(len(target), level, get_profile(job.profile)))
+        x = throughput(len(target), level, get_profile(job.profile))
+        gang = Gang(job.id, target, level, x * gang_speed(topo, job, target) if topo.heterogeneous else x)
         if job.id in ag.homes:  # it runs there now: it keeps its GPUs, outside the auction like a start
             rs.homes.pop(job.id)
             rs.pool.take(target)
@@ -126,8 +128,22 @@ def _reserve_on(
     for a start Slurm refuses. Without a shape it is split by the widest allowed node, so a gang too wide
     for one of them is still reserved whole nodes even where wider nodes it may not use exist.
     """
+    if topo.heterogeneous:  # one type at a time, the job's fastest first: a gang never spans two types
+        for _t, _speed, nodes in job_types(topo, job):
+            found = _reserve_among(topo, avail, now, job, homed, {n: topo.node_gpus[n] for n in nodes})
+            if found is not None:
+                return found
+        return None
     allowed = job.allowed_nodes
     node_gpus = topo.node_gpus if allowed is None else {n: g for n, g in topo.node_gpus.items() if n in allowed}
+    return _reserve_among(topo, avail, now, job, homed, node_gpus)
+
+
+def _reserve_among(
+    topo: Topology, avail: Mapping[int, float], now: float, job: Job, homed: frozenset[int],
+    node_gpus: Mapping[str, Sequence[int]],
+) -> tuple[frozenset[int], float] | None:
+    """:func:`_reserve_on` on the nodes `node_gpus` (the job's allowed nodes, or those of one GPU type)."""
     if not node_gpus:
         return None  # allowed nowhere: nothing to reserve
     if job.nodes is not None and job.gpus_per_node is not None:
@@ -159,7 +175,7 @@ def _reserve_on(
 
         def score(opt: list[tuple[int, int, float, str, tuple[int, ...]]]) -> tuple[float, int, int, float]:
             gpus = [g for *_, pick in opt for g in pick]
-            speed = throughput(len(gpus), topo.level_of(gpus), profile)
+            speed = throughput(len(gpus), topo.level_of(gpus), profile) * gang_speed(topo, job, gpus)
             return (-speed, sum(r[0] for r in opt), sum(r[1] for r in opt), max(r[2] for r in opt))
 
         chosen = min(options, key=score)  # the first (the n best anywhere) on a tie

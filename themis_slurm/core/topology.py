@@ -40,6 +40,8 @@ class Gpu:
     index: int
     island: int  # cluster-wide island id
     rack: str
+    #: its GPU type (gres.conf Type=, e.g. "a100"); "" on a cluster that does not tell types apart
+    gpu_type: str = ""
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,9 @@ class Topology:
     """
 
     gpus: tuple[Gpu, ...]
+    #: speed of each GPU type for a job that names none of its own (:attr:`Job.speeds`), in work per GPU-second
+    #: relative to the reference type (1.0); a type missing here runs at 1.0 (themis.yaml ``gpu_types:``)
+    type_speeds: Mapping[str, float] = field(default_factory=dict, compare=False)
     # Derived lookups, filled in __post_init__.
     node_gpus: Mapping[str, tuple[int, ...]] = field(init=False, repr=False, compare=False)
     island_gpus: tuple[tuple[int, ...], ...] = field(init=False, repr=False, compare=False)
@@ -60,11 +65,34 @@ class Topology:
     by_node_index: Mapping[tuple[str, int], int] = field(init=False, repr=False, compare=False)
     #: per GPU id: (island, node position in `node_gpus`, node name, rack), the pool's lookups in one tuple
     gpu_meta: tuple[tuple[int, int, str, str], ...] = field(init=False, repr=False, compare=False)
+    #: GPU type -> its nodes in topology order (one entry, "" or the single type, on a single-type cluster)
+    type_nodes: Mapping[str, tuple[str, ...]] = field(init=False, repr=False, compare=False)
+    #: GPU type -> how many GPUs of that type
+    type_gpus: Mapping[str, int] = field(init=False, repr=False, compare=False)
+    #: node -> its GPU type
+    node_type: Mapping[str, str] = field(init=False, repr=False, compare=False)
+    #: more than one GPU type: speeds then count in every throughput (core/gpu_types.py); False keeps every
+    #: single-type cluster's numbers exactly what they were before types existed
+    heterogeneous: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for i, g in enumerate(self.gpus):
             if g.id != i:
                 raise ValueError(f"GPU ids must be dense and ordered: position {i} holds id {g.id}")
+        for t, v in self.type_speeds.items():
+            if not (isinstance(v, int | float) and v >= 0 and v < float("inf")):
+                raise ValueError(f"type_speeds[{t!r}] must be a number >= 0, got {v!r}")
+        node_type: dict[str, str] = {}
+        type_nodes: dict[str, list[str]] = {}
+        type_gpus: dict[str, int] = {}
+        for g in self.gpus:
+            seen = node_type.get(g.node)
+            if seen is None:
+                node_type[g.node] = g.gpu_type
+                type_nodes.setdefault(g.gpu_type, []).append(g.node)
+            elif seen != g.gpu_type:
+                raise ValueError(f"node {g.node} has GPUs of two types: {seen} and {g.gpu_type}")
+            type_gpus[g.gpu_type] = type_gpus.get(g.gpu_type, 0) + 1
         node_gpus: dict[str, list[int]] = {}
         node_rack: dict[str, str] = {}
         rack_nodes: dict[str, list[str]] = {}
@@ -103,26 +131,37 @@ class Topology:
         # per GPU, for the pool's hot paths: (island, node position, node name, rack)
         node_pos = {n: i for i, n in enumerate(node_gpus)}
         set_(self, "gpu_meta", tuple((g.island, node_pos[g.node], g.node, g.rack) for g in self.gpus))
+        set_(self, "node_type", node_type)
+        set_(self, "type_nodes", {t: tuple(v) for t, v in type_nodes.items()})
+        set_(self, "type_gpus", type_gpus)
+        set_(self, "heterogeneous", len(type_gpus) > 1)
 
     # ----------------------------------------------------------------- construction
     @classmethod
-    def from_spec(cls, racks: Mapping[str, Mapping[str, Sequence[Sequence[int]]]]) -> Topology:
+    def from_spec(
+        cls,
+        racks: Mapping[str, Mapping[str, Sequence[Sequence[int]]]],
+        types: Mapping[str, str] | None = None,
+        type_speeds: Mapping[str, float] | None = None,
+    ) -> Topology:
         """Build from ``{rack: {node: [[gpu indices of island 0], [island 1], ...]}}``.
 
         This is the shape the Slurm adapter derives from topology.conf (racks) and gres.conf Links
-        (islands). Nodes with no GPUs may be left out: Themis never offers them.
+        (islands). Nodes with no GPUs may be left out: Themis never offers them. `types` gives each node's
+        GPU type (gres.conf Type=; a node missing there is ""), `type_speeds` each type's default speed.
         """
         gpus: list[Gpu] = []
         island = 0
         for rack, nodes in racks.items():
             for node, node_islands in nodes.items():
+                kind = types.get(node, "") if types else ""
                 for members in node_islands:
                     if not members:
                         continue
                     for idx in members:
-                        gpus.append(Gpu(len(gpus), node, int(idx), island, rack))
+                        gpus.append(Gpu(len(gpus), node, int(idx), island, rack, kind))
                     island += 1
-        return cls(tuple(gpus))
+        return cls(tuple(gpus), dict(type_speeds or {}))
 
     @classmethod
     def uniform(

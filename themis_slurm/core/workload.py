@@ -57,15 +57,23 @@ class Job:
     #: and what the job reports); the bids and the leftover charge it to the app whose holder would lose
     #: it (core/agent.py), so such a job is preempted only when that pays. Last, like allowed_nodes.
     unsaved: float = 0.0
+    #: its speed on each GPU type, ((type, speed), ...), in work per GPU-second relative to the reference type
+    #: (measured, as Gavel's per-job rates, or its model class's in themis.yaml ``gpu_types:``); a type not
+    #: listed runs at the topology's default for it (:attr:`Topology.type_speeds`), 0 means never there
+    #: (core/gpu_types.py). Last, like unsaved.
+    speeds: tuple[tuple[str, float], ...] = ()
 
     @property
-    def kind(self) -> tuple[int, int | None, int | None, ProfileRef, bool, frozenset[str] | None]:
+    def kind(self) -> tuple:
         """Shape, profile and allowed nodes: two jobs of an app with the same kind are interchangeable (same
         throughput on the same GPUs, same rho, startable on the same nodes), so one may stand in for the
         other without changing the app's lot. The allowed nodes belong here: the auction places one job
         per kind and drops a kind that does not fit, and keep-in-place hands one job's GPUs to another of
         its kind, so a kind that ignored them would let a job that may run anywhere wait behind one that
         may not, or give a job GPUs on a node Slurm would refuse it."""
+        if self.speeds:  # two jobs that run at different speeds on some type are not interchangeable
+            return (self.gpus, self.gpus_per_node, self.nodes, self.profile, self.elastic, self.allowed_nodes,
+                    self.speeds)  # fmt: skip
         return (self.gpus, self.gpus_per_node, self.nodes, self.profile, self.elastic, self.allowed_nodes)
 
     def __post_init__(self) -> None:
@@ -74,6 +82,12 @@ class Job:
             if isinstance(allowed, str):  # a node name would become a set of its letters
                 raise TypeError(f"job {self.id}: allowed_nodes must be a set of node names, got {allowed!r}")
             object.__setattr__(self, "allowed_nodes", frozenset(allowed))
+        if self.speeds:
+            if type(self.speeds) is not tuple:
+                object.__setattr__(self, "speeds", tuple((str(t), float(v)) for t, v in dict(self.speeds).items()))
+            for t, v in self.speeds:
+                if not 0.0 <= v < float("inf"):
+                    raise ValueError(f"job {self.id}: speed on GPU type {t!r} must be a number >= 0, got {v!r}")
         if self.gpus < 1:
             raise ValueError(f"job {self.id}: gpus must be >= 1, got {self.gpus}")
         if not self.work > 0:

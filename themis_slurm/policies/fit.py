@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable, Iterable
 
 from themis_slurm.core.fairness import job_throughput
+from themis_slurm.core.gpu_types import job_types
 from themis_slurm.core.placement import Pool, allowed_nodes_on, get_profile
 from themis_slurm.core.topology import Level, Topology
 from themis_slurm.core.workload import Job
@@ -32,6 +33,8 @@ def shape_fit(
     Every baseline places through here (:meth:`BaselineScratchpad.fit`), so none grants a job GPUs on a
     node Slurm would refuse it; the simulator runs them on the same states as Themis."""
     n = job.gpus if gpus is None else gpus
+    if pool.topo.heterogeneous:
+        return _typed_fit(job, pool, n, within)
     allowed = job.allowed_nodes
     among = None if allowed is None else allowed_nodes_on(pool.topo, allowed)
     if job.gpus_per_node is not None and job.nodes is not None:
@@ -44,6 +47,22 @@ def shape_fit(
         shape = (n, None, None)
     found = pool.place_among(*shape, among if within is None else [x for x in within if x in allowed])
     return found[0] if found is not None else None
+
+
+def _typed_fit(job: Job, pool: Pool, n: int, within: Iterable[str] | None) -> frozenset[int] | None:
+    """:func:`shape_fit` on a cluster of several GPU types: the tightest placement on the fastest type for the
+    job that has room (core/gpu_types.py :func:`job_types`), never a gang over two types."""
+    inside = None if within is None else set(within)
+    shaped = job.gpus_per_node is not None and job.nodes is not None
+    for _t, _speed, nodes in job_types(pool.topo, job):
+        among = nodes if inside is None else [x for x in nodes if x in inside]
+        if not among:
+            continue
+        found = (pool.place_among(job.gpus, job.gpus_per_node, job.nodes, among) if shaped
+                 else pool.place_among(n, None, None, among))  # fmt: skip
+        if found is not None:
+            return found[0]
+    return None
 
 
 def consolidated_level(topo: Topology, job: Job, gpus: int | None = None) -> Level:

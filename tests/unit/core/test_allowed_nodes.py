@@ -74,13 +74,13 @@ def _app(aid: str, *jobs: Job, arrival: float = 0.0) -> App:
 def test_the_field_is_a_frozenset_last_and_part_of_the_kind() -> None:
     """Given as any set of names it is kept as a frozenset (hashable, so a Job stays a dictionary key); a
     single name is refused (it would become a set of letters); positional constructions of the other
-    fields are unchanged (it comes last but for unsaved, added after it); two jobs that differ only by it are not of one kind."""
+    fields are unchanged (it comes last but for unsaved and speeds, added after it); two jobs that differ only by it are not of one kind."""
     j = Job("j", "a", 1, 100.0, allowed_nodes={"node2"})
     assert j.allowed_nodes == frozenset({"node2"}) and type(j.allowed_nodes) is frozenset
     assert hash(j) == hash(Job("j", "a", 1, 100.0, allowed_nodes=frozenset({"node2"})))
     with pytest.raises(TypeError, match="set of node names"):
         Job("j", "a", 1, 100.0, allowed_nodes="node2")  # type: ignore[arg-type]
-    assert [f.name for f in dataclasses.fields(Job)][-2:] == ["allowed_nodes", "unsaved"]
+    assert [f.name for f in dataclasses.fields(Job)][-3:] == ["allowed_nodes", "unsaved", "speeds"]
     assert Job("j", "a", 2, 100.0, 5.0, "high", 1, 2, False, True, 3.0, 7.0).allowed_nodes is None
     anywhere = Job("k", "a", 1, 100.0)
     assert anywhere.kind != j.kind and anywhere.kind == Job("k2", "a", 1, 100.0).kind

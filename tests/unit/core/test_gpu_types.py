@@ -1,0 +1,182 @@
+"""Heterogeneity-aware finish-time fairness (issue #37 part 2): GPU types in the topology, a job's speed on
+each, T_id over the private share of every type, effective throughput in T_sh, bids and the leftover.
+
+Most cases are on 1 rack x 2 nodes x 4 GPUs: node1 (GPUs 0-3) an h100 node, node2 (GPUs 4-7) an a100 node at
+half the h100's speed (``type_speeds``), now = 10000 s.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from themis_slurm.core.agent import Agent
+from themis_slurm.core.arbiter import ArbiterConfig, run_round
+from themis_slurm.core.fairness import FairnessModel, job_throughput
+from themis_slurm.core.gpu_types import (
+    best_speed,
+    class_speeds,
+    gang_speed,
+    job_speed,
+    job_types,
+    parse_gpu_types,
+)
+from themis_slurm.core.placement import Pool
+from themis_slurm.core.state import ClusterState
+from themis_slurm.core.topology import Level, Topology
+from themis_slurm.core.workload import App, Job
+
+from .test_arbiter import check_invariants
+
+SPEC = {"rack1": {"node1": [[0, 1, 2, 3]], "node2": [[0, 1, 2, 3]]}}
+TOPO = Topology.from_spec(SPEC, {"node1": "h100", "node2": "a100"}, {"a100": 0.5})
+H100, A100 = frozenset(range(4)), frozenset(range(4, 8))
+NOW = 10000.0
+
+
+def _model(topo: Topology = TOPO) -> FairnessModel:
+    return FairnessModel(topo, topo.size)
+
+
+# ------------------------------------------------------------------------------------------- the topology
+def test_the_topology_knows_each_gpus_type() -> None:
+    assert TOPO.heterogeneous
+    assert dict(TOPO.type_nodes) == {"h100": ("node1",), "a100": ("node2",)}
+    assert dict(TOPO.type_gpus) == {"h100": 4, "a100": 4}
+    assert TOPO.node_type["node2"] == "a100" and TOPO.gpus[5].gpu_type == "a100"
+    plain = Topology.uniform(1, 2, 4)
+    assert not plain.heterogeneous and dict(plain.type_gpus) == {"": 8}
+    one_type = Topology.from_spec(SPEC, {"node1": "a100", "node2": "a100"}, {"a100": 0.5})
+    assert not one_type.heterogeneous  # one type: speeds change nothing (module docstring of gpu_types)
+
+
+def test_bad_types_and_speeds_are_refused_with_the_field() -> None:
+    with pytest.raises(ValueError, match=r"type_speeds\['a100'\] must be a number >= 0, got -1"):
+        Topology.from_spec(SPEC, {"node2": "a100"}, {"a100": -1})
+    with pytest.raises(ValueError, match="speed on GPU type 'h100' must be a number >= 0"):
+        Job("j", "a", 1, 10.0, speeds=(("h100", -2.0),))
+
+
+# ------------------------------------------------------------------------------------------- speeds
+def test_a_jobs_speed_is_its_own_else_the_types_else_one() -> None:
+    plain = Job("j", "a", 1, 10.0)
+    own = Job("k", "a", 1, 10.0, speeds=(("a100", 0.8),))
+    assert job_speed(TOPO, plain, "a100") == 0.5 and job_speed(TOPO, plain, "h100") == 1.0
+    assert job_speed(TOPO, own, "a100") == 0.8
+    assert gang_speed(TOPO, plain, {3, 4}) == 0.5  # as slow as its slowest GPU
+    assert gang_speed(Topology.uniform(1, 2, 4), own, {0}) == 1.0  # one type: no speeds at all
+    assert own.kind != plain.kind  # different speeds: not interchangeable
+    assert Job("d", "a", 1, 10.0, speeds={"a100": 0.8}).speeds == (("a100", 0.8),)
+
+
+def test_job_types_are_fastest_first_on_the_allowed_nodes_only() -> None:
+    assert [t for t, _, _ in job_types(TOPO, Job("j", "a", 1, 10.0))] == ["h100", "a100"]
+    fond = Job("k", "a", 1, 10.0, speeds=(("a100", 1.5),))
+    assert [t for t, _, _ in job_types(TOPO, fond)] == ["a100", "h100"]
+    pinned = Job("p", "a", 1, 10.0, allowed_nodes={"node2"})
+    assert job_types(TOPO, pinned) == (("a100", 0.5, ("node2",)),)
+    never = Job("n", "a", 1, 10.0, speeds=(("h100", 0.0),), allowed_nodes={"node1"})
+    assert job_types(TOPO, never) == () and best_speed(TOPO, never) == 0.0
+
+
+def test_themis_yaml_gpu_types_flat_and_per_class() -> None:
+    assert parse_gpu_types({"H100": 1, "a100": 0.6}) == ({"h100": 1.0, "a100": 0.6}, {})
+    defaults, by_class = parse_gpu_types({"a100": {"default": 0.6, "transformer-dp": 0.5}, "h100": 1.0})
+    assert defaults == {"a100": 0.6, "h100": 1.0} and by_class == {"transformer-dp": {"a100": 0.5}}
+    assert class_speeds(by_class, "Transformer-DP") == (("a100", 0.5),) and class_speeds(by_class, "x") == ()
+    with pytest.raises(ValueError, match=r"gpu_types.a100 must be a number >= 0, got 'fast'"):
+        parse_gpu_types({"a100": "fast"})
+    with pytest.raises(ValueError, match=r"gpu_types.a100.moe must be a number >= 0, got True"):
+        parse_gpu_types({"a100": {"moe": True}})
+    with pytest.raises(ValueError, match="gpu_types must be a mapping"):
+        parse_gpu_types([1.0])
+
+
+# ------------------------------------------------------------------------------------------- T_id and T_sh
+def test_t_id_is_the_private_share_of_each_type() -> None:
+    """N = 2: 2 h100 (speed 1) + 2 a100 (speed 0.5) = 3 work/s for an untyped 8-GPU job; one pinned to h100
+    gets only its h100 share, 2 work/s: the user who accepts any type has the faster private share, so the
+    same allocation gives it a higher rho (a stronger claim), never a lower one."""
+    anywhere = App("A", "u", 0.0, (Job("a", "A", 8, 6000.0, profile="none"),), contention=2)
+    pinned = App(
+        "P", "u", 0.0, (Job("p", "P", 8, 6000.0, profile="none", allowed_nodes={"node1"}),), contention=2
+    )
+    m = _model()
+    assert m.t_id(anywhere) == pytest.approx(6000.0 / 3.0)
+    assert m.t_id(pinned) == pytest.approx(6000.0 / 2.0)
+    assert m.rho(anywhere, 0.0, 1.0) > m.rho(pinned, 0.0, 1.0)
+
+
+def test_t_id_of_an_app_that_cannot_use_its_share_counts_its_fastest_gpus() -> None:
+    """One 1-GPU job alone (N = 1, share 4 of each type): its private cluster runs it on an h100; a job that
+    runs twice as fast on a100 (speed 1.0 there) gets a100, and h100 at its own 0.25."""
+    m = _model()
+    one = App("A", "u", 0.0, (Job("a", "A", 1, 1000.0, profile="none"),))
+    assert m.t_id(one) == pytest.approx(1000.0)
+    fond = App(
+        "B", "u", 0.0, (Job("b", "B", 1, 1000.0, profile="none", speeds=(("h100", 0.25), ("a100", 1.0))),)
+    )
+    assert m.t_id(fond) == pytest.approx(1000.0)
+    slow = App("C", "u", 0.0, (Job("c", "C", 1, 1000.0, profile="none", allowed_nodes={"node2"}),))
+    assert m.t_id(slow) == pytest.approx(2000.0)
+
+
+def test_t_sh_counts_effective_throughput() -> None:
+    job = Job("a", "A", 2, 1000.0, profile="none")
+    assert job_throughput(job, {0, 1}, TOPO) == 2.0 and job_throughput(job, {4, 5}, TOPO) == 1.0
+    app = App("A", "u", 0.0, (job,))
+    m = _model()
+    assert m.t_sh(app, 0.0, job_throughput(job, {4, 5}, TOPO)) == pytest.approx(1000.0)
+    assert m.t_sh(app, 0.0, job_throughput(job, {0, 1}, TOPO)) == pytest.approx(500.0)
+
+
+# ------------------------------------------------------------------------------------------- placement
+def test_the_agent_places_a_job_on_the_type_it_gains_most_on() -> None:
+    m = _model()
+    m.job_facts.use(TOPO)
+    plain = Job("a", "A", 2, 1000.0, profile="none")
+    fond = Job("b", "A", 2, 1000.0, profile="none", speeds=(("a100", 1.0), ("h100", 0.5)))
+    app = App("A", "u", 0.0, (plain, fond))
+    agent = Agent(app, m, NOW, 0.0, [plain, fond])
+    pool = Pool(TOPO, frozenset(range(8)))
+    g = agent.place(plain, pool)
+    assert g is not None and g.gpus <= H100 and g.throughput == 2.0
+    g = agent.place(fond, pool)
+    assert g is not None and g.gpus <= A100 and g.throughput == 2.0
+    only_a100 = Pool(TOPO, A100)
+    g = agent.place(plain, only_a100)
+    assert g is not None and g.throughput == 1.0  # valued at its effective throughput there
+    wide = Job("w", "A", 6, 1000.0, profile="none")  # fits no single type: never spread over two
+    assert agent.place(wide, pool) is None
+    rows = agent.valuations(pool)
+    assert rows and all(
+        len({TOPO.node_type[TOPO.gpus[i].node] for i in g.gpus}) == 1 for r in rows for g in r.gangs
+    )
+
+
+@pytest.mark.parametrize("solver", ["exact", "fast"])
+def test_a_round_gives_each_app_the_type_it_gains_most_on(solver: str) -> None:
+    """Two apps, each with one 4-GPU job: one runs 4x faster on h100 than on a100, the other the same on
+    both. Both fit; the round gives the h100 node to the first (its rho falls most there), with every GPU
+    used; on a single-type cluster nothing of this applies."""
+    keen = App("K", "u", NOW - 100.0, (Job("k", "K", 4, 40000.0, profile="none", speeds=(("a100", 0.25),)),),
+               contention=2)  # fmt: skip
+    flat = App("F", "u", NOW - 100.0, (Job("f", "F", 4, 40000.0, profile="none", speeds=(("a100", 1.0),)),),
+               contention=2)  # fmt: skip
+    state = ClusterState(TOPO, NOW, frozenset(range(8)), (), (keen, flat))
+    d = run_round(state, ArbiterConfig(solver=solver, fairness_knob=0.0, lease_s=600.0, restart_cost_s=0.0))
+    check_invariants(state, d)
+    got = {g.job_id: g.gpus for g in d.grants}
+    assert got == {"k": H100, "f": A100}
+
+
+def test_a_single_type_cluster_values_as_before() -> None:
+    """Speeds on a one-type cluster change no throughput and no T_id (the golden decisions hold)."""
+    one = Topology.from_spec(SPEC, {"node1": "a100", "node2": "a100"}, {"a100": 0.5})
+    plain = Topology.from_spec(SPEC)
+    job = Job("a", "A", 2, 1000.0, profile="high", speeds=(("a100", 0.3),))
+    app = App("A", "u", 0.0, (job,), contention=3)
+    assert job_throughput(job, {0, 4}, one) == job_throughput(job, {0, 4}, plain)
+    assert FairnessModel(one, 8).t_id(app) == FairnessModel(plain, 8).t_id(app)
+    assert not math.isnan(FairnessModel(one, 8).t_id(app)) and one.level_of({0, 4}) == Level.RACK
