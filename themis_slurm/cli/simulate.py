@@ -32,6 +32,7 @@ from themis_slurm.policies import NAMES
 from themis_slurm.sim import report
 from themis_slurm.sim.engine import InvalidDecision, SimConfig, SimulationStalled
 from themis_slurm.sim.estimate_error import EstimateError
+from themis_slurm.sim.gpu_mix import mixed_cluster, parse_gpu_mix
 from themis_slurm.sim.loaders.sacct import GROUP_BY as SACCT_GROUP_BY
 from themis_slurm.sim.metrics import ACTUAL, actual_metrics
 from themis_slurm.sim.runner import SweepRun, WorkloadSpec, run_policies
@@ -142,6 +143,10 @@ _cluster_options = _stacked(
     click.option("--nodes-per-rack", type=click.IntRange(min=1), default=8, show_default=True),
     click.option("--gpus-per-node", type=click.IntRange(min=1), default=4, show_default=True),
     click.option("--islands-per-node", type=click.IntRange(min=1), default=1, show_default=True),
+    click.option("--gpu-types", help="Several GPU types, each on nodes and racks of its own (--nodes-per-rack, "
+                                     "--gpus-per-node; --racks is unused): type:gpus[:speed],... e.g. "
+                                     "v100:16,p100:8,k80:8; gavel with --throughputs: each job's measured speed "
+                                     "on each type."),
 )
 
 #: Which policies run, and Themis's knobs.
@@ -357,6 +362,8 @@ def _trace_workload(o: dict[str, Any]) -> WorkloadSpec:
         opts["app_interval_s"] = o["app_interval"]
     if o["throughputs"] is not None or o["gpu_type"] is not None:
         opts.update(_gavel_throughputs(o, fmt))
+        if o["gpu_types"] is not None:
+            opts["type_speeds"] = True  # each job's measured speed on every type (loaders/gavel.py)
     return WorkloadSpec("trace", path=path, fmt=fmt, loader_options=opts,
                         sensitive_fraction=o["sensitive_fraction"], seed=o["seed"], max_jobs=o["max_jobs"])  # fmt: skip
 
@@ -377,7 +384,13 @@ def _gavel_throughputs(o: dict[str, Any], fmt: str) -> dict[str, Any]:
 
 
 def _cluster(o: dict[str, Any]) -> Topology:
-    """The simulated cluster: racks of nodes of GPUs, split into islands."""
+    """The simulated cluster: racks of nodes of GPUs, split into islands (of several types: --gpu-types)."""
+    if o["gpu_types"] is not None:
+        try:
+            mix = parse_gpu_mix(o["gpu_types"])
+            return mixed_cluster(mix, o["nodes_per_rack"], o["gpus_per_node"], o["islands_per_node"])
+        except ValueError as exc:
+            raise _bad("--gpu-types", str(exc)) from None
     try:
         return Topology.uniform(o["racks"], o["nodes_per_rack"], o["gpus_per_node"], o["islands_per_node"])
     except ValueError as exc:

@@ -206,7 +206,7 @@ class FairnessModel:
         if total <= 0:
             t_id = rate = 0.0
         elif self.topology.heterogeneous and app.jobs:
-            rate = self._typed_rate(app, work, float(max(app.peak_gpus, gpus)))
+            rate = self.typed_rate(app.jobs, work, float(max(app.peak_gpus, gpus)), app.contention)
             t_id = max(total / rate, t_path)
         else:
             share = min(float(max(app.peak_gpus, gpus)), self.cluster_gpus / max(1.0, app.contention))
@@ -217,8 +217,9 @@ class FairnessModel:
         self._facts[id(app)] = entry  # type: ignore[attr-defined]
         return entry
 
-    def _typed_rate(self, app: App, work: float, parallelism: float) -> float:
-        """The work per second of the app's private share on a cluster of several GPU types: 1/N of *each*
+    def typed_rate(self, jobs: Iterable[Job], work: float, parallelism: float, contention: float) -> float:
+        """The work per second of an app's private share on a cluster of several GPU types (`jobs` its jobs,
+        `work` the sum of their work, `contention` its N): 1/N of *each*
         type (C_t x C / |topology| / N GPUs of type t), each GPU at the work-weighted speed of the app's
         jobs there (a job that may not run on a type adds nothing to it), as Gavel's heterogeneity-aware
         isolated allocation gives each job 1/n of every type's time (stanford-futuredata/gavel,
@@ -227,11 +228,11 @@ class FairnessModel:
         cache = self.job_facts
         assert cache is not None
         per_type: dict[str, float] = {}
-        for j in app.jobs:
+        for j in jobs:
             for t, wf in cache.type_work(j):
                 per_type[t] = per_type.get(t, 0.0) + wf
         topo = self.topology
-        scale = self.cluster_gpus / topo.size / max(1.0, app.contention)
+        scale = self.cluster_gpus / topo.size / max(1.0, contention)
         left = parallelism
         rate = 0.0
         for t, wf in sorted(per_type.items(), key=lambda e: -e[1]):  # fastest for this app first

@@ -45,10 +45,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from themis_slurm.core.tenancy import fractions as tenancy_fractions
-from themis_slurm.core.workload import App
+from themis_slurm.core.workload import App, Job
 from themis_slurm.policies.base import PolicyContext
 from themis_slurm.policies.fairshare import job_time_fractions, water_fill
+from themis_slurm.policies.ftf_perf import TypedRow, app_speeds, isolated_rate, typed_min_max
 from themis_slurm.policies.maxmin import MaxMinPolicy
+from themis_slurm.policies.scratchpad import BaselineScratchpad
 
 _MAX_RHO = 1e6
 
@@ -166,6 +168,9 @@ class FtfPolicy(MaxMinPolicy):
     def __init__(self, quantum_s: float = 360.0) -> None:
         super().__init__(quantum_s)
         self.last_max_rho = float("nan")
+        #: per app, on a cluster of several GPU types: the types in the order of the GPUs the optimum gives it
+        #: there (policies/ftf_perf.py), where its jobs are placed first
+        self._prefer: dict[str, tuple[str, ...]] = {}
         # per app: the isolated time its work done so far would have taken (Gavel's C), and the work done
         # and isolated share at the last recomputation
         self._iso_time: dict[str, float] = {}
@@ -199,6 +204,8 @@ class FtfPolicy(MaxMinPolicy):
         return rows
 
     def fractions(self, ctx: PolicyContext, capacity: float) -> dict[str, float]:
+        if ctx.state.topology.heterogeneous:
+            return self._typed_fractions(ctx, capacity)
         rows = self.rows(ctx, capacity)
         least, self.last_max_rho = min_max_rho(rows, capacity)
         demand = {r.app_id: r.demand for r in rows}
@@ -207,3 +214,57 @@ class FtfPolicy(MaxMinPolicy):
         for a in ctx.state.apps:
             job_time_fractions(shares[a.id], a.jobs, out, a.demand)
         return out
+
+    # ----------------------------------------------------------------- several GPU types (policies/ftf_perf.py)
+    def _typed_rows(self, ctx: PolicyContext, capacity: float) -> list[TypedRow]:
+        """:meth:`rows` over GPU types: speeds per type, the isolated rate over 1/N of each type."""
+        s = ctx.state
+        topo = s.topology
+        counts = [topo.type_gpus[t] * capacity / topo.size for t in topo.type_nodes]
+        share = tenancy_fractions(s.tenancy, s.apps)
+        rows: list[TypedRow] = []
+        last: dict[str, tuple[float, float]] = {}
+        for a in s.apps:
+            speeds = app_speeds(topo, a)
+            iso = isolated_rate(speeds, counts, share[a.id], float(a.demand))
+            done = a.finished_work + sum(j.done for j in a.jobs)
+            c = self._iso_time.get(a.id, 0.0)
+            if a.id in self._last:
+                done_before, iso_before = self._last[a.id]
+                if iso_before > 0:
+                    c += max(0.0, done - done_before) / iso_before
+            self._iso_time[a.id] = c
+            last[a.id] = (done, iso)
+            fastest = max(speeds, default=0.0)
+            path = max((j.remaining / (j.gpus * fastest) for j in a.jobs), default=0.0) if fastest > 0 else 0.0
+            remaining = a.remaining_work
+            isolated = c + max(remaining / iso, path) if iso > 0 else math.inf
+            rows.append(TypedRow(a.id, isolated, remaining, path, max(0.0, s.now - a.arrival), float(a.demand),
+                                 speeds))  # fmt: skip
+        self._last = last
+        for gone in [aid for aid in self._iso_time if aid not in last]:
+            del self._iso_time[gone]
+        return rows
+
+    def _typed_fractions(self, ctx: PolicyContext, capacity: float) -> dict[str, float]:
+        topo = ctx.state.topology
+        types = list(topo.type_nodes)
+        counts = [topo.type_gpus[t] * capacity / topo.size for t in types]
+        got, self.last_max_rho = typed_min_max(self._typed_rows(ctx, capacity), counts)
+        out: dict[str, float] = {}
+        self._prefer = {}
+        for a in ctx.state.apps:
+            g = got.get(a.id, [0.0] * len(types))
+            self._prefer[a.id] = tuple(t for t, x in sorted(zip(types, g, strict=True), key=lambda e: -e[1])
+                                       if x > 1e-9)  # fmt: skip
+            job_time_fractions(sum(g), a.jobs, out, a.demand)
+        return out
+
+    def _fit(self, pad: BaselineScratchpad, job: Job) -> frozenset[int] | None:
+        """On several GPU types: the types the optimum gives the job's app, most GPUs first, then anywhere."""
+        prefer = self._prefer.get(job.app_id) if pad.pool.topo.heterogeneous else None
+        for t in prefer or ():
+            got = pad.fit(job, within=pad.pool.topo.type_nodes[t])
+            if got is not None:
+                return got
+        return pad.fit(job)

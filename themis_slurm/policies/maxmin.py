@@ -212,7 +212,7 @@ class MaxMinPolicy:
             if jid not in chosen and pad.jobs[jid].preemptible:
                 pad.preempt(jid, "lower time-share priority this round")
         for job in sorted((j for j in taken if j.id not in pad.running), key=lambda j: -j.gpus):
-            got = pad.fit(job)
+            got = self._fit(pad, job)
             if got is None:
                 pad.wait(job, "taken for the round but no placement fits")
             else:
@@ -220,11 +220,16 @@ class MaxMinPolicy:
         for job in ranked:
             if pad.is_active(job.id):
                 continue
-            got = pad.fit(job) if pad.pool.size >= job.min_gpus else None
+            got = self._fit(pad, job) if pad.pool.size >= job.min_gpus else None
             if got is not None:
                 pad.grant(job, got)
             else:
                 pad.wait(job, "lower time-share priority this round")
+
+    def _fit(self, pad: BaselineScratchpad, job: Job) -> frozenset[int] | None:
+        """Where a job taken for the round goes: the scratchpad's tightest fit (ftf over GPU types steers it
+        to the types its app's optimum gives it, policies/ftf.py)."""
+        return pad.fit(job)
 
     def _explain(self, pad: BaselineScratchpad, apps: Sequence[App], end: float) -> None:
         book, name = self.book, self.name

@@ -87,6 +87,7 @@ from themis_slurm.core.calibration import (
     with_present,
 )
 from themis_slurm.core.decision import Decision
+from themis_slurm.core.gpu_types import gang_speed
 from themis_slurm.core.placement import DEFAULT_PROFILE, Profile, ProfileRef, get_profile, site_profile
 from themis_slurm.core.state import ClusterState
 from themis_slurm.core.tenancy import FLAT, Entity, Tenancy, TenantBook
@@ -221,6 +222,7 @@ class JobResult:
     preemptions: int
     holds: tuple[tuple[float, float, int], ...] = ()
     lost_work: float = 0.0  # true work its preemptions threw away (done since its last checkpoint)
+    speeds: tuple[tuple[str, float], ...] = ()  # its speed per GPU type (TraceJob.speeds), for T_id after the fact
 
     @property
     def jct(self) -> float:
@@ -830,6 +832,11 @@ class Simulator:
         saves = math.floor((t - j.progress_from) / every)
         return min(done, j.run_done0 + j.rate * saves * every)
 
+    @staticmethod
+    def _typed(j: _J) -> Job:
+        """A Job carrying only what :func:`gang_speed` reads of `j` (its per-type speeds)."""
+        return Job(j.id, j.app, j.gpus, 1.0, speeds=j.tj.speeds)
+
     def _start(self, j: _J, gpus: frozenset[int], expiry: float, t: float) -> None:
         del self._waiting[j.id]
         self._resumable.pop(j.id, None)
@@ -844,6 +851,8 @@ class Simulator:
         a.snaps = None
         j.holding = self._holdings[j.id] = Holding(j.app, gpus, True)
         j.rate = len(gpus) * j.factors[self.topo.level_of(gpus)]
+        if self.topo.heterogeneous:  # x its speed on that GPU type (core/gpu_types.py)
+            j.rate *= gang_speed(self.topo, self._typed(j), gpus)
         j.t_base = j.hold_from = t
         j.progress_from = t + (self.cfg.restart_cost_s if j.needs_restart else 0.0)
         j.run_done0 = j.done
@@ -887,7 +896,7 @@ class Simulator:
         if j.ckpt is not None and j.state == _RUNNING and self.cfg.tell_unsaved:
             unsaved = min(seen_done, done - self._saved(j, t, done))
         snap = Job(j.id, j.app, j.gpus, seen_work, seen_done, j.profile, j.gpn, j.nodes, j.elastic, True,
-                   j.tj.arrival_s, service, None, unsaved)  # fmt: skip
+                   j.tj.arrival_s, service, None, unsaved, j.tj.speeds)  # fmt: skip
         if j.state == _WAITING:
             j.snap = snap
         return snap
@@ -979,7 +988,7 @@ class Simulator:
     def _result(self, wall: float) -> SimResult:
         jobs = tuple(
             JobResult(j.id, j.app, j.gpus, j.profile, j.tj.arrival_s, j.first_start, j.finish, j.true_work,
-                      j.est0, j.service, j.starts, j.preemptions, tuple(j.holds), j.lost)  # fmt: skip
+                      j.est0, j.service, j.starts, j.preemptions, tuple(j.holds), j.lost, j.tj.speeds)  # fmt: skip
             for j in self._arrivals
         )
         work: dict[str, float] = {}

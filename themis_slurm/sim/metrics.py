@@ -151,6 +151,9 @@ def app_t_id(model: FairnessModel, app_id: str, owner: str, arrival: float, cont
     work = math.fsum(j.work for j in jobs)
     if work <= 0:
         return 0.0
+    if model.topology.heterogeneous:  # 1/N of each type at its jobs' speeds there (FairnessModel.typed_rate)
+        path = max(job_path(j, arrival, model.best_factor(j)) for j in jobs)
+        return max(work / model.typed_rate(jobs, work, float(peak_gpus), contention), path)
     factor = math.fsum(j.work * model.best_factor(j) for j in jobs) / work
     # t_id of an app with no live jobs uses factor 1 and max parallelism = peak_gpus; apply the factor here
     shell = App(app_id, owner, arrival, (), contention, work, peak_gpus)
@@ -313,7 +316,8 @@ def compute(result: SimResult) -> Metrics:
     model = FairnessModel(topo, topo.size)
     by_app: dict[str, list[Job]] = {}
     for j in result.jobs:
-        by_app.setdefault(j.app_id, []).append(Job(j.job_id, j.app_id, j.gpus, j.true_work, profile=j.profile, submit=j.arrival))
+        by_app.setdefault(j.app_id, []).append(Job(j.job_id, j.app_id, j.gpus, j.true_work, profile=j.profile,
+                                                   submit=j.arrival, speeds=j.speeds))  # fmt: skip
     apps: list[AppMetrics] = []
     for a in result.apps:
         t_sh = a.finish - a.arrival

@@ -151,6 +151,9 @@ class TraceJob:
             costs only the restart; ``math.inf`` never, so a preemption throws away everything it did (it
             restarts from zero); a number, every that many seconds of its run, so a preemption throws away
             what it did since its last checkpoint (``--themis-ckpt=no|<interval>`` on a real cluster).
+        speeds: its speed on each GPU type relative to the one ``duration_s`` is measured on, as
+            ((type, speed), ...) (:attr:`Job.speeds <themis_slurm.core.workload.Job.speeds>`; Gavel's
+            measured per-type rates); () for the cluster's default per type (core/gpu_types.py).
     """
 
     job_id: str
@@ -166,8 +169,12 @@ class TraceJob:
     actual_end_s: float | None = None
     account: str = ""
     checkpoint_s: float | None = None
+    speeds: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
+        for t, v in self.speeds:
+            if not (math.isfinite(v) and v >= 0):
+                raise ValueError(f"job {self.job_id!r}: speed on GPU type {t!r} must be finite and >= 0, got {v!r}")
         if not self.job_id or not self.app_id:
             raise ValueError(f"job {self.job_id!r}: job_id and app_id must be non-empty")
         if not isinstance(self.account, str):

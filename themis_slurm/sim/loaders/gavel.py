@@ -103,6 +103,7 @@ def load_gavel(
     skip_bad: bool = False,
     throughputs: PathArg | Mapping[str, Any] | None = None,
     gpu_type: str = "v100",
+    type_speeds: bool = False,
 ) -> Trace:
     """Read a Gavel trace.
 
@@ -117,22 +118,32 @@ def load_gavel(
         throughputs: Gavel's simulation_throughputs.json (a path, or the parsed JSON): exact run times per
             (job type, scale factor); steps_per_s and default_steps_per_s are then unused.
         gpu_type: the throughput table's GPU type (a top-level key, e.g. v100, p100, k80).
+        type_speeds: with `throughputs`, give every job its speed on each GPU type of the file relative to
+            `gpu_type` (TraceJob.speeds: its measured rate there over its rate on `gpu_type`, 0 where the file
+            has no rate: it cannot run there), for a cluster of several types (``themis simulate
+            --gpu-types``). Off by default: on one type the speeds change nothing but make jobs of different
+            types distinct kinds.
     """
     if group_by not in GROUP_BY:
         raise ValueError(f"group_by must be one of {GROUP_BY}, got {group_by!r}")
     table = _rate_table(steps_per_s, default_steps_per_s)
     measured = _measured(throughputs, gpu_type) if throughputs is not None else None
+    if type_speeds and throughputs is None:
+        raise ValueError("type_speeds needs throughputs (the flat rates have no GPU types)")
+    others = _per_type(throughputs) if type_speeds and throughputs is not None else None
     rows = _tab_rows(path)
     first = next(rows, None)
     if first is None:
         raise TraceError(str(path), None, None, None, "the file is empty; expected tab-separated job lines")
     width, columns = _layout(str(path), first)
     collector = Collector(path, skip_bad)
-    parse = _RowParser(width, columns, table, default_steps_per_s, measured, gpu_type, group_by, collector)
+    parse = _RowParser(width, columns, table, default_steps_per_s, measured, gpu_type, group_by, collector, others)
     collector.run(_chain(first, rows), parse)
     if measured is not None:
         how = (f"duration = total_steps / measured {gpu_type} steps/s of (job type, scale factor) alone, "
                "as Gavel's simulator")
+        if others is not None:
+            how += f"; speed on each of {', '.join(sorted(others))} = its measured rate there / on {gpu_type}"
     else:
         how = ("duration = total_steps / (flat steps/s per family x scale factor): an APPROXIMATION, 0.15x to "
                "54x off Gavel's measured rates; pass the throughputs file for exact run times")
@@ -172,6 +183,7 @@ class _RowParser:
     gpu_type: str
     group_by: GroupBy
     collector: Collector
+    others: Mapping[str, Mapping[str, float]] | None = None  # type -> _measured(type), for TraceJob.speeds
     pos: dict[str, int] = field(init=False)  # column -> index in a row
 
     def __post_init__(self) -> None:
@@ -200,7 +212,16 @@ class _RowParser:
             duration_s=duration,
             model=self.collector.model(ctx, job_type),
             line=ctx.line,
+            speeds=self._speeds(job_type, gpus),
         )
+
+    def _speeds(self, job_type: str, gpus: int) -> tuple[tuple[str, float], ...]:
+        """(type, its rate there / its rate on gpu_type) for every type of the file (0: no rate there)."""
+        if self.others is None or self.measured is None:
+            return ()
+        key = str((job_type, gpus))
+        ref = self.measured[key]
+        return tuple((t, rates.get(key, 0.0) / ref) for t, rates in sorted(self.others.items()))
 
     def _duration(self, ctx: RowContext, job_type: str, gpus: int, total_steps: int) -> float:
         """Seconds alone on `gpus` GPUs: measured for (job type, scale factor), else the flat family rate."""
@@ -242,6 +263,13 @@ def _measured(throughputs: PathArg | Mapping[str, Any], gpu_type: str) -> dict[s
         if isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0:
             out[key] = float(rate)
     return out
+
+
+def _per_type(throughputs: PathArg | Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """:func:`_measured` of every plain GPU type of the file (not Gavel's ``*_unconsolidated`` variants,
+    which are placements, not types)."""
+    data = throughputs if isinstance(throughputs, Mapping) else json.loads(Path(throughputs).read_text())
+    return {t: _measured(data, t) for t in data if isinstance(data[t], Mapping) and "_" not in t}
 
 
 def _tab_rows(path: PathArg) -> Iterator[tuple[int, list[str]]]:
