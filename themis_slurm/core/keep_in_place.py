@@ -107,7 +107,11 @@ class _Swaps:
         self.homes, self.jobs, self.source, self.topo, self.start_keep = homes, jobs, source, topo, start_keep
 
     def factor(self, jid: str, gpus: frozenset[int]) -> float:
-        return get_profile(self.jobs[jid].profile).factor(self.topo.level_of(gpus))
+        """How fast `jid` runs per GPU on `gpus`: its placement factor there, x its speed on their type on a
+        cluster of several types (a swap never moves a job to a slower type, nor to one it cannot run on)."""
+        job = self.jobs[jid]
+        f = get_profile(job.profile).factor(self.topo.level_of(gpus))
+        return f * gang_speed(self.topo, job, gpus) if self.topo.heterogeneous else f
 
     def gang(self, jid: str, gpus: frozenset[int]) -> Gang:
         """`jid` on `gpus`, at the throughput of that placement (whole when it renews at home)."""

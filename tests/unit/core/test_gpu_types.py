@@ -7,9 +7,13 @@ half the h100's speed (``type_speeds``), now = 10000 s.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import random
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from themis_slurm.core.agent import Agent
 from themis_slurm.core.arbiter import ArbiterConfig, run_round
@@ -27,7 +31,9 @@ from themis_slurm.core.state import ClusterState
 from themis_slurm.core.topology import Level, Topology
 from themis_slurm.core.workload import App, Job
 
+from .instances import random_state
 from .test_arbiter import check_invariants
+from .test_golden_decisions import digest
 
 SPEC = {"rack1": {"node1": [[0, 1, 2, 3]], "node2": [[0, 1, 2, 3]]}}
 TOPO = Topology.from_spec(SPEC, {"node1": "h100", "node2": "a100"}, {"a100": 0.5})
@@ -180,3 +186,50 @@ def test_a_single_type_cluster_values_as_before() -> None:
     assert job_throughput(job, {0, 4}, one) == job_throughput(job, {0, 4}, plain)
     assert FairnessModel(one, 8).t_id(app) == FairnessModel(plain, 8).t_id(app)
     assert not math.isnan(FairnessModel(one, 8).t_id(app)) and one.level_of({0, 4}) == Level.RACK
+
+
+def _typed(state: ClusterState, rng: random.Random) -> ClusterState:
+    """`state` on the same shape with its nodes alternately of type x (default speed 1) and y (0.5), each
+    waiting job given random speeds (sometimes 0 on one type: it never runs there)."""
+    nodes = list(state.topology.node_gpus)
+    kind = {n: "xy"[i % 2] for i, n in enumerate(nodes)}
+    topo = Topology(
+        tuple(dataclasses.replace(g, gpu_type=kind[g.node]) for g in state.topology.gpus), {"y": 0.5}
+    )
+    held = {ls.job_id for ls in state.leases}
+
+    def typed(j: Job) -> Job:
+        if j.id in held or rng.random() < 0.3:
+            return j
+        sx, sy = rng.choice([0.0, 0.3, 1.0, 2.0]), rng.choice([0.25, 1.0])
+        return dataclasses.replace(j, speeds=(("x", sx), ("y", sy)))
+
+    apps = tuple(dataclasses.replace(a, jobs=tuple(map(typed, a.jobs))) for a in state.apps)
+    return dataclasses.replace(state, topology=topo, apps=apps, job_index=None)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**32 - 1), solver=st.sampled_from(["exact", "fast"]), f=st.sampled_from([0.0, 0.8])
+)
+@example(seed=19248, solver="exact", f=0.8)  # keep-in-place swapped a gang onto a type it cannot run on
+def test_random_rounds_never_start_a_gang_over_two_types_or_where_it_cannot_run(seed: int, solver: str,
+                                                                               f: float) -> None:  # fmt: skip
+    """Random rounds on a two-type cluster: every new start (a grant that is not a renewal in place) lies on
+    one type, where the job's speed is > 0; no GPU is handed out twice; the same state, the same Decision."""
+    rng = random.Random(seed)
+    state = _typed(random_state(rng), rng)
+    if not state.topology.heterogeneous:
+        return  # one node: one type
+    cfg = ArbiterConfig(solver=solver, fairness_knob=f)
+    d = run_round(state, cfg)
+    jobs = {j.id: j for a in state.apps for j in a.jobs}
+    topo = state.topology
+    seen: set[int] = set()
+    for g in d.grants:
+        assert not (g.gpus & seen)
+        seen |= g.gpus
+        types = {topo.gpus[i].gpu_type for i in g.gpus}
+        assert len(types) == 1, (g.job_id, types)
+        assert job_speed(topo, jobs[g.job_id], types.pop()) > 0
+    assert digest(run_round(state, cfg)) == digest(d)
