@@ -248,13 +248,20 @@ class Agent:
         """The best gang for `job` in `pool` (not taken), or None when it does not fit.
 
         A lease holder's home comes first whatever its allowed nodes: it runs there, so Slurm has started
-        it there (renewing in place starts nothing). Any other gang lies on the job's allowed nodes."""
+        it there (renewing in place starts nothing). Any other gang lies on the job's allowed nodes. On a
+        cluster of several GPU types a holder moves when a gang on a faster type gives more throughput
+        even after the restart (:meth:`_place_typed`, valued at ``start_keep``): a job that started on the
+        slowest type while nothing else was free would otherwise stay there for its whole run."""
         profile = self._profiles.get(job.id) or get_profile(job.profile)
         home = self.homes.get(job.id) if self.homes else None
         if home is not None and pool.has(home):
             level = pool.topo.level_of(home)
             x = throughput(len(home), level, profile)
-            return Gang(job.id, home, level, x * gang_speed(pool.topo, job, home) if pool.topo.heterogeneous else x)
+            if not pool.topo.heterogeneous:
+                return Gang(job.id, home, level, x)
+            stay = Gang(job.id, home, level, x * gang_speed(pool.topo, job, home))
+            move = self._place_typed(job, pool, within, profile)  # a faster type may be worth the restart
+            return move if move is not None and move.throughput > stay.throughput else stay
         if pool.topo.heterogeneous:
             return self._place_typed(job, pool, within, profile)
         if job.allowed_nodes is None:  # _search's answer for a job without a set, without the call

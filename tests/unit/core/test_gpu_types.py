@@ -233,3 +233,19 @@ def test_random_rounds_never_start_a_gang_over_two_types_or_where_it_cannot_run(
         assert len(types) == 1, (g.job_id, types)
         assert job_speed(topo, jobs[g.job_id], types.pop()) > 0
     assert digest(run_round(state, cfg)) == digest(d)
+
+
+def test_a_holder_on_a_slow_type_moves_when_a_faster_one_is_worth_the_restart() -> None:
+    """A lease holder on the a100 node (half speed) with the h100 node free: its agent offers the h100 gang
+    (4 x 0.9 after a 10 % restart, more than 4 x 0.5 at home); a job as fast on both stays at home."""
+    m = _model()
+    m.job_facts.use(TOPO)
+    slow = Job("s", "A", 4, 40000.0, profile="none")
+    even = Job("e", "B", 4, 40000.0, profile="none", speeds=(("a100", 1.0),))
+    pool = Pool(TOPO, frozenset(range(8)))
+    a = Agent(App("A", "u", 0.0, (slow,)), m, NOW, 0.0, [slow], homes={"s": A100}, start_cost=0.1)
+    g = a.place(slow, pool)
+    assert g is not None and g.gpus == H100 and g.throughput == pytest.approx(3.6)
+    b = Agent(App("B", "u", 0.0, (even,)), m, NOW, 0.0, [even], homes={"e": A100}, start_cost=0.1)
+    g = b.place(even, pool)
+    assert g is not None and g.gpus == A100 and g.throughput == 4.0
