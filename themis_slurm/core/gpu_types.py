@@ -31,11 +31,20 @@ def job_speed(topo: Topology, job: Job, gpu_type: str) -> float:
 
 def gang_speed(topo: Topology, job: Job, gpus: Iterable[int]) -> float:
     """The speed of `job` on the GPU set `gpus`: that of its slowest type (1.0 on a single-type cluster)."""
+    return speed_on(topo, job.speeds, gpus)
+
+
+def speed_on(topo: Topology, speeds: tuple[tuple[str, float], ...], gpus: Iterable[int]) -> float:
+    """:func:`gang_speed` of a job whose :attr:`Job.speeds` are `speeds` (themisd's count of work done)."""
     if not topo.heterogeneous:
         return 1.0
     gpu_list = topo.gpus
-    types = {gpu_list[g].gpu_type for g in gpus}
-    return min((job_speed(topo, job, t) for t in types), default=1.0)
+    out = None
+    for t in {gpu_list[g].gpu_type for g in gpus}:
+        v = next((v for k, v in speeds if k == t), None)
+        v = topo.type_speeds.get(t, 1.0) if v is None else v
+        out = v if out is None or v < out else out
+    return 1.0 if out is None else out
 
 
 def job_types(topo: Topology, job: Job) -> tuple[tuple[str, float, tuple[str, ...]], ...]:
@@ -66,6 +75,27 @@ def best_speed(topo: Topology, job: Job) -> float:
         return 1.0
     found = job_types(topo, job)
     return found[0][1] if found else 0.0
+
+
+#: with_type_speeds's last answers: (id(topology), speeds) -> (topology, the topology with those speeds)
+_WITH_SPEEDS: dict[tuple[int, frozenset[tuple[str, float]]], tuple[Topology, Topology]] = {}
+
+
+def with_type_speeds(topo: Topology, speeds: Mapping[str, float]) -> Topology:
+    """`topo` with the types' default speeds `speeds` (themis.yaml ``gpu_types:``): `topo` itself when they are
+    already its own, else the same GPUs with those speeds, the same object for the same topology and speeds
+    (the round's caches are kept per topology object, so a new one at every cycle would empty them)."""
+    if dict(topo.type_speeds) == dict(speeds):
+        return topo
+    key = (id(topo), frozenset(speeds.items()))
+    hit = _WITH_SPEEDS.get(key)
+    if hit is not None and hit[0] is topo:
+        return hit[1]
+    if len(_WITH_SPEEDS) >= 8:
+        _WITH_SPEEDS.clear()
+    out = Topology(topo.gpus, dict(speeds))
+    _WITH_SPEEDS[key] = (topo, out)
+    return out
 
 
 def parse_gpu_types(

@@ -28,6 +28,7 @@ import yaml
 
 from themis_slurm.core.arbiter import LEFTOVER_ORDERS, SOLVERS, ArbiterConfig
 from themis_slurm.core.calibration import CalibrationConfig
+from themis_slurm.core.gpu_types import parse_gpu_types
 from themis_slurm.core.placement import LEVEL_NAMES, PROFILES, Profile
 from themis_slurm.slurm.option_grammar import MODEL_NAME_EXPECTED, valid_model_name
 
@@ -267,6 +268,10 @@ class Config:
     tenancy: TenancyConfig = field(default_factory=TenancyConfig)
     #: the site's own model classes (``models:``): name -> Profile, new names and overrides of built-in ones
     models: Mapping[str, Profile] = field(default_factory=dict)
+    #: ``gpu_types:``, each GPU type's speed (type -> speed) and per model class (class -> type -> speed), what a
+    #: job of that class does per GPU-second there against the reference type (core/gpu_types.py)
+    type_speeds: Mapping[str, float] = field(default_factory=dict)
+    class_speeds: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     source: str = "<defaults>"
 
     @property
@@ -279,7 +284,8 @@ class Config:
         from themis_slurm.state.round_input import RoundTerms
 
         s = self.scheduler
-        return RoundTerms(self.mode == "enforce", s.lease_s, s.min_runtime_s, s.idle_throughput, self.models)
+        return RoundTerms(self.mode == "enforce", s.lease_s, s.min_runtime_s, s.idle_throughput, self.models,
+                          self.type_speeds, self.class_speeds)  # fmt: skip
 
     @property
     def new_models(self) -> tuple[str, ...]:
@@ -647,11 +653,17 @@ def parse(data: Any, source: str = "themis.yaml") -> Config:
         raise ConfigError(f"{source}: the file must be a mapping of keys to values, not {type(data).__name__}")
     top: dict[str, Any] = {}
     sections: dict[str, Any] = {}
-    known = [*_TOP, *_SECTIONS, "models"]
+    known = [*_TOP, *_SECTIONS, "models", "gpu_types"]
     models: dict[str, Profile] = {}
+    speeds: dict[str, Any] = {}
     for key, value in data.items():
         if key == "models":
             models = _models(value, source)
+        elif key == "gpu_types":
+            try:
+                speeds["type_speeds"], speeds["class_speeds"] = parse_gpu_types(value)
+            except ValueError as exc:
+                raise ConfigError(f"{source}: {exc}") from None
         elif key in _TOP:
             top[key] = _checked(source, str(key), value, _TOP[key])
         elif key in _SECTIONS:
@@ -669,7 +681,7 @@ def parse(data: Any, source: str = "themis.yaml") -> Config:
             sections[key] = cls(**fields)
         else:
             raise ConfigError(f"{source}: {key}: unknown key (accepted: {', '.join(known)})")
-    cfg = Config(**top, **sections, models=models, source=source)
+    cfg = Config(**top, **sections, models=models, **speeds, source=source)
     if cfg.scheduler.lease_s < cfg.poll_interval_s:
         raise ConfigError(f"{source}: scheduler.lease_minutes: value {cfg.scheduler.lease_minutes:g} "
                           f"({cfg.scheduler.lease_s:g} s) is shorter than poll_interval_s "
@@ -727,7 +739,7 @@ def load_for_client(file: str | Path = DEFAULT_PATH) -> tuple[Config, tuple[str,
     if isinstance(data, Mapping):
         kept: dict[Any, Any] = {}
         for key, value in data.items():
-            if key in _TOP or key == "models":  # models: names of the site's choosing, no fixed keys
+            if key in _TOP or key in ("models", "gpu_types"):  # names of the site's choosing, no fixed keys
                 kept[key] = value
             elif key in _SECTIONS and isinstance(value, Mapping):
                 checks = _SECTIONS[key][1]

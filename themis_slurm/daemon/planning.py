@@ -24,6 +24,7 @@ from dataclasses import replace
 
 from themis_slurm.core.calibration import calibrated_work
 from themis_slurm.core.decision import Decision, PreemptionCause, Renewal, RenewalCause
+from themis_slurm.core.gpu_types import class_speeds, speed_on, with_type_speeds
 from themis_slurm.core.placement import get_profile
 from themis_slurm.core.tenancy import FLAT, Entity, Tenancy, entity_fractions
 from themis_slurm.core.tenancy import contention as tree_contention
@@ -80,7 +81,11 @@ def account(row: JobRow, mj: ManagedJob, topo: Topology, now: float, cfg: Config
         dt = max(0.0, now - since)
         ids = [g for g in mj.gpu_ids if 0 <= g < topo.size]
         n = len(ids) or mj.gpus
-        factor = get_profile(profile_of(mj, cfg.models)).factor(topo.level_of(ids)) if ids else 1.0
+        profile = get_profile(profile_of(mj, cfg.models))
+        factor = profile.factor(topo.level_of(ids)) if ids else 1.0
+        if ids and topo.heterogeneous:  # x its speed on that GPU type (themis.yaml gpu_types:)
+            sped = with_type_speeds(topo, cfg.type_speeds)
+            factor *= speed_on(sped, class_speeds(cfg.class_speeds, profile.name), ids)
         service += n * dt
         done_svc += n * factor * dt
         until = now

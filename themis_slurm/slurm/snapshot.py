@@ -122,7 +122,8 @@ def fixed_nodes(job: SlurmJob) -> int | None:
 # ----------------------------------------------------------------------------------------- topology
 def build_topology(nodes: Sequence[SlurmNode], gres: GresConf | None, tree: SwitchTree | None,
                    split_pcie_by_cores: bool = False) -> tuple[Topology, list[str]]:
-    """Topology of the given (managed) nodes: islands from gres.conf Links, racks from topology.conf.
+    """Topology of the given (managed) nodes: islands from gres.conf Links, racks from topology.conf, each
+    node's GPU type from the Gres Slurm reports for it (one type per node; several: none, with a warning).
 
     A node gres.conf does not describe exactly (AutoDetect, or a count that disagrees with what slurmd
     reports) becomes one island of its reported GPUs, with a warning: Slurm's count is what jobs get.
@@ -130,6 +131,7 @@ def build_topology(nodes: Sequence[SlurmNode], gres: GresConf | None, tree: Swit
     """
     warnings: list[str] = []
     racks: dict[str, dict[str, list[list[int]]]] = {}
+    types: dict[str, str] = {}  # node -> its GPU type (Slurm's Gres, gpu:<type>:n), for core/gpu_types.py
     by_name = {n.name: n for n in nodes if n.gpu_count > 0}
     for name in hostlist.expand(hostlist.fold(by_name)) if by_name else []:
         node = by_name[name]
@@ -145,8 +147,14 @@ def build_topology(nodes: Sequence[SlurmNode], gres: GresConf | None, tree: Swit
             islands = [list(range(node.gpu_count))]
         rack = tree.rack_of(name) if tree is not None and tree.switches else DEFAULT_RACK
         racks.setdefault(rack, {})[name] = islands
+        kinds = sorted({(g.type or "").lower() for g in node.gpus if g.count})
+        if len(kinds) == 1:
+            types[name] = kinds[0]
+        elif len(kinds) > 1:
+            warnings.append(f"{name} has GPUs of several types ({', '.join(k or 'untyped' for k in kinds)}): "
+                            "its GPUs are counted as of no type (speed 1.0)")
     spec = {r: racks[r] for r in sorted(racks)}
-    return Topology.from_spec(spec), warnings
+    return Topology.from_spec(spec, types), warnings
 
 
 # ----------------------------------------------------------------------------------------- snapshot
@@ -598,7 +606,7 @@ class SnapshotReader:
         conf = self.config_files()
         managed = set(self.config.managed_partitions)
         mine = [n for n in nodes if managed & set(n.partitions)]
-        key = (conf.key, tuple(sorted((n.name, n.gpu_count) for n in mine)))
+        key = (conf.key, tuple(sorted((n.name, n.gpu_count, n.gpus) for n in mine)))
         if self._topo is None or key != self._topo_key:
             self._topo, extra = build_topology(mine, conf.gres, conf.tree, self.config.split_pcie_by_cores)
             self._topo_key = key

@@ -12,6 +12,7 @@ import math
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from themis_slurm.core.gpu_types import class_speeds
 from themis_slurm.core.placement import DEFAULT_PROFILE, Profile, ProfileRef, site_profile
 from themis_slurm.core.workload import REPORT_MIN_REMAINING, Job, refine_by_progress
 from themis_slurm.slurm.model import ManagedJob
@@ -143,17 +144,21 @@ def submitted(row: JobRow, job: ManagedJob) -> float:
 def core_job(
     job: ManagedJob, work: float, done: float, preemptible: bool, service_s: float, submit: float,
     unsaved: float = 0.0, site: Mapping[str, Profile] = NO_SITE_MODELS,
+    speeds_by_class: Mapping[str, Mapping[str, float]] | None = None,
 ) -> Job:
     """The arbiter's view of one managed job; `submit` is :func:`submitted`, `unsaved` :func:`unsaved_work`,
-    `site` the site's own model classes (:func:`profile_of`)."""
+    `site` the site's own model classes (:func:`profile_of`), `speeds_by_class` themis.yaml ``gpu_types:``
+    per class (its class's speed on each GPU type, :attr:`Job.speeds`)."""
     gpn, nodes = shape_of(job)
+    profile = profile_of(job, site)
+    speeds = class_speeds(speeds_by_class, profile if isinstance(profile, str) else profile.name) if speeds_by_class else ()
     return Job(
         id=job.job_id,
         app_id=job.app_key,
         gpus=job.gpus,
         work=work,
         done=max(0.0, done),
-        profile=profile_of(job, site),
+        profile=profile,
         gpus_per_node=gpn,
         nodes=nodes,
         preemptible=preemptible,
@@ -161,4 +166,5 @@ def core_job(
         service=service_s,
         allowed_nodes=job.allowed_nodes,  # where Slurm could start it (slurm/snapshot.placement_limits)
         unsaved=min(max(0.0, done), unsaved),
+        speeds=speeds,
     )

@@ -17,6 +17,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from themis_slurm.core.gpu_types import with_type_speeds
 from themis_slurm.core.placement import Profile
 from themis_slurm.core.state import ClusterState
 from themis_slurm.core.tenancy import FLAT, Entity, Tenancy
@@ -45,6 +46,9 @@ class RoundTerms:
     min_runtime_s: float
     idle_throughput: float
     profiles: Mapping[str, Profile] = field(default_factory=dict)
+    #: themis.yaml ``gpu_types:``: each GPU type's default speed, and per model class (core/gpu_types.py)
+    type_speeds: Mapping[str, float] = field(default_factory=dict)
+    class_speeds: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -131,7 +135,8 @@ def _add_job(
         c.leases.append(lease)
     c.accounts.setdefault(mj.app_key, mj.account)
     c.jobs.setdefault(mj.app_key, []).append(
-        core_job(mj, work, done, preemptible, row.service_s, submitted(row, mj), unsaved, terms.profiles)
+        core_job(mj, work, done, preemptible, row.service_s, submitted(row, mj), unsaved, terms.profiles,
+                 terms.class_speeds)  # fmt: skip
     )
 
 
@@ -179,7 +184,7 @@ def round_input(
         {} if tenancy.flat or not books else {e: b.book(now, cluster_gpus) for e, b in books.items()}
     )
     state = ClusterState(
-        snapshot.topology,
+        with_type_speeds(snapshot.topology, terms.type_speeds),
         now,
         frozenset(snapshot.free) - c.used,
         tuple(c.leases),
