@@ -36,6 +36,10 @@ the G_iso of that previous one.
   bisection on its one multiplier. ECOS stops short of it (measured there: its point differs by up to 0.2
   in X), and which point of the face is taken moves the max rho of a trace by several percent.
   Then each app's GPUs over its jobs, X_j = min(1, share / width).
+
+On a cluster of several GPU types the same rho is minimised over GPUs of each type, as Gavel's
+``FinishTimeFairnessPolicyWithPerf`` (:mod:`.ftf_perf`), and the rounds place each app's jobs on the types
+its optimum gives it.
 """
 
 from __future__ import annotations
