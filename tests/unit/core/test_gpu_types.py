@@ -29,7 +29,7 @@ from themis_slurm.core.gpu_types import (
 from themis_slurm.core.placement import Pool
 from themis_slurm.core.state import ClusterState
 from themis_slurm.core.topology import Level, Topology
-from themis_slurm.core.workload import App, Job
+from themis_slurm.core.workload import App, Job, Lease
 
 from .instances import random_state
 from .test_arbiter import check_invariants
@@ -249,3 +249,34 @@ def test_a_holder_on_a_slow_type_moves_when_a_faster_one_is_worth_the_restart() 
     b = Agent(App("B", "u", 0.0, (even,)), m, NOW, 0.0, [even], homes={"e": A100}, start_cost=0.1)
     g = b.place(even, pool)
     assert g is not None and g.gpus == A100 and g.throughput == 4.0
+
+
+SLOW = Topology.from_spec(SPEC, {"node1": "h100", "node2": "a100"}, {"a100": 0.25})
+
+
+def _holder_on_a100(busy_until: tuple[float, ...]) -> ClusterState:
+    """App A's 4-GPU job holds the a100 node (a quarter of its h100 speed), its lease ending now; the h100
+    node's GPUs 1.. are held by app H's one-GPU jobs until `busy_until` (GPU 0 and the rest free)."""
+    w = Job("w", "A", 4, 400000.0, done=1000.0, profile="none")
+    hs = tuple(Job(f"h{i}", "H", 1, 1e6, profile="none") for i in range(len(busy_until)))
+    leases = (Lease("w", A100, NOW - 600.0, NOW),
+              *(Lease(f"h{i}", frozenset({i + 1}), NOW - 100.0, t) for i, t in enumerate(busy_until)))  # fmt: skip
+    apps = (App("A", "u", 0.0, (w,), contention=2), App("H", "u", 0.0, hs, contention=2))
+    held = frozenset().union(*(ls.gpus for ls in leases[1:])) if busy_until else frozenset()
+    return ClusterState(SLOW, NOW, frozenset(range(8)) - held - A100, leases, apps)
+
+
+@pytest.mark.parametrize("solver", ["exact", "fast"])
+def test_a_holder_on_a_slow_type_gets_faster_gpus_reserved(solver: str) -> None:
+    """The h100 node is busy for 300 s more: the holder keeps the a100 node until then (its lease cut there,
+    so it bids again when they are free) and the h100 GPU free now is held for it, not handed out; once the
+    h100 node is free it moves there (a migration)."""
+    cfg = ArbiterConfig(solver=solver, fairness_knob=0.0, lease_s=600.0, restart_cost_s=30.0)
+    state = _holder_on_a100((NOW + 100.0, NOW + 200.0, NOW + 300.0))
+    d = run_round(state, cfg)
+    ren = {r.job_id: r for r in d.renewals}
+    assert ren["w"].gpus == A100 and ren["w"].lease_expiry == NOW + 300.0
+    assert all(0 not in g.gpus for g in d.grants)  # the free h100 GPU waits for it
+    moved = run_round(_holder_on_a100(()), cfg)
+    g = next(g for g in moved.grants if g.job_id == "w")
+    assert g.gpus == H100 and g.migrated
