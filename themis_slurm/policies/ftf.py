@@ -52,7 +52,7 @@ from themis_slurm.core.tenancy import fractions as tenancy_fractions
 from themis_slurm.core.workload import App, Job
 from themis_slurm.policies.base import PolicyContext
 from themis_slurm.policies.fairshare import job_time_fractions, water_fill
-from themis_slurm.policies.ftf_perf import TypedRow, app_speeds, isolated_rate, typed_min_max
+from themis_slurm.policies.ftf_perf import TypedRow, app_speeds, isolated_rate, rate_needed, typed_min_max
 from themis_slurm.policies.maxmin import MaxMinPolicy
 from themis_slurm.policies.scratchpad import BaselineScratchpad
 
@@ -72,12 +72,7 @@ class FtfRow:
 
     def needed(self, r: float) -> float | None:
         """The least average GPUs that bring the app to rho <= r (0 with no work), or None if none can."""
-        if self.remaining <= 0:
-            return 0.0
-        slack = r * self.isolated - self.elapsed
-        if slack <= self.path or self.isolated <= 0:
-            return None
-        return self.remaining / slack
+        return rate_needed(self.remaining, self.isolated, self.elapsed, self.path, r)
 
     def rho(self, gpus: float) -> float:
         if self.remaining <= 0:

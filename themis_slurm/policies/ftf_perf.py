@@ -36,6 +36,17 @@ from themis_slurm.core.workload import App
 _MAX_RHO = 1e6
 
 
+def rate_needed(remaining: float, isolated: float, elapsed: float, path: float, r: float) -> float | None:
+    """The least rate (GPUs, or work per second over types) that finishes `remaining` by rho r, given the
+    app's isolated finish time, elapsed time and critical path; 0 with no work, None if no rate can."""
+    if remaining <= 0:
+        return 0.0
+    slack = r * isolated - elapsed
+    if slack <= path or isolated <= 0:
+        return None
+    return remaining / slack
+
+
 @dataclass(frozen=True)
 class TypedRow:
     """One app's numbers: rho(g) = (elapsed + max(remaining / sum_t g_t speeds_t, path)) / isolated."""
@@ -50,12 +61,7 @@ class TypedRow:
 
     def needed(self, r: float) -> float | None:
         """The least work per second that brings the app to rho <= r (0 with no work), or None if none can."""
-        if self.remaining <= 0:
-            return 0.0
-        slack = r * self.isolated - self.elapsed
-        if slack <= self.path or self.isolated <= 0:
-            return None
-        return self.remaining / slack
+        return rate_needed(self.remaining, self.isolated, self.elapsed, self.path, r)
 
 
 def app_speeds(topo: Topology, app: App) -> tuple[float, ...]:
