@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from themis_slurm.core.fairness import FairnessModel, virtual_lateness
-from themis_slurm.core.gpu_types import gang_speed
+from themis_slurm.core.gpu_types import gang_speed, mixed_nodes
 from themis_slurm.core.job_facts import JobFacts, JobFactsCache
 from themis_slurm.core.placement import Pool, Profile, get_profile, throughput
 from themis_slurm.core.quick_init import quick_init
@@ -293,8 +293,8 @@ class Agent:
         """:meth:`place` on a cluster of several GPU types: the best gang on each type the job may run on
         (its allowed nodes of that type, cut to `within`), and of those the one of most effective throughput
         (GPUs x placement factor x its speed there; ties: the faster type). So a job takes the type it gains
-        most on among those with room, in the auction and in the leftover alike, and a gang never spans two
-        types (it would run at the slower one's speed)."""
+        most on among those with room, in the auction and in the leftover alike. A gang spans two types (at
+        the slower one's speed) only when no one type holds it whole (:func:`mixed_nodes`)."""
         best: Gang | None = None
         inside = None if within is None else set(within)
         for _t, speed, nodes in self._facts.types_of(job):
@@ -311,6 +311,15 @@ class Agent:
             cand = Gang(job.id, gpus, level, len(gpus) * profile.factors[level] * speed * self.start_keep)
             if best is None or cand.throughput > best.throughput:
                 best = cand
+        if best is None or len(best.gpus) < job.gpus:  # no one type holds the whole gang: over several types
+            among = mixed_nodes(self._facts.types_of(job), inside)
+            found = pool.place_among(job.gpus, job.gpus_per_node, job.nodes, among) if among else None
+            if found is not None:
+                gpus, level = found
+                speed = gang_speed(pool.topo, job, gpus)
+                cand = Gang(job.id, gpus, level, len(gpus) * profile.factors[level] * speed * self.start_keep)
+                if best is None or cand.throughput > best.throughput:
+                    best = cand
         return best
 
     def kind(self, job: Job) -> tuple:

@@ -5,8 +5,10 @@ job on a GPU of type t does ``speed(job, t)`` of that work per second per GPU, t
 the set (core/placement.py). The speed comes from the job (:attr:`Job.speeds`: measured rates, as Gavel's
 ``simulation_throughputs.json``, or its model class's in themis.yaml), else from the topology's default for
 the type (:attr:`Topology.type_speeds`, themis.yaml ``gpu_types: {h100: 1.0, a100: 0.6}``), else 1.0. A gang
-is as fast as its slowest GPU (data-parallel steps wait for the slowest worker); the core never places a gang
-over two types (:meth:`~themis_slurm.core.agent.Agent.place` searches one type at a time).
+is as fast as its slowest GPU (data-parallel steps wait for the slowest worker), so the core places a gang on
+one type at a time (:meth:`~themis_slurm.core.agent.Agent.place`) and over several types only when no one type
+can hold it and the job may run on each (an untyped ``--gres=gpu:4 -N4``, which Slurm starts over any types:
+:func:`mixed_nodes`), at its slowest type's speed.
 
 On a single-type topology (:attr:`Topology.heterogeneous` False) none of this is applied: every throughput is
 exactly what it was before types existed, whatever the speeds say (a common factor on every GPU scales T_id
@@ -67,6 +69,21 @@ def job_types(topo: Topology, job: Job) -> tuple[tuple[str, float, tuple[str, ..
     defaults = topo.type_speeds
     out.sort(key=lambda e: (-e[1], defaults.get(e[0], 1.0)))  # stable: then topology order
     return tuple(out)
+
+
+def mixed_nodes(
+    types: tuple[tuple[str, float, tuple[str, ...]], ...], within: Iterable[str] | None = None
+) -> list[str] | None:
+    """The nodes of every type in `types` (:func:`job_types`'s answer), in topology order of the types, cut to
+    `within`: where a gang that no one type can hold may still go, at its slowest type's speed. None when the
+    job may run on one type only (the one-type search already looked everywhere it may go).
+
+    Slurm starts an untyped request over nodes of any types; refusing that here would leave a gang wider than
+    any one type waiting for ever while its GPUs idle."""
+    if len(types) < 2:
+        return None
+    inside = None if within is None else set(within)
+    return [n for _t, _s, nodes in types for n in nodes if inside is None or n in inside]
 
 
 def best_speed(topo: Topology, job: Job) -> float:

@@ -24,12 +24,14 @@ from themis_slurm.core.gpu_types import (
     gang_speed,
     job_speed,
     job_types,
+    mixed_nodes,
     parse_gpu_types,
 )
 from themis_slurm.core.placement import Pool
 from themis_slurm.core.state import ClusterState
 from themis_slurm.core.topology import Level, Topology
 from themis_slurm.core.workload import App, Job, Lease
+from themis_slurm.policies.fit import shape_fit
 
 from .instances import random_state
 from .test_arbiter import check_invariants
@@ -153,12 +155,49 @@ def test_the_agent_places_a_job_on_the_type_it_gains_most_on() -> None:
     only_a100 = Pool(TOPO, A100)
     g = agent.place(plain, only_a100)
     assert g is not None and g.throughput == 1.0  # valued at its effective throughput there
-    wide = Job("w", "A", 6, 1000.0, profile="none")  # fits no single type: never spread over two
-    assert agent.place(wide, pool) is None
     rows = agent.valuations(pool)
     assert rows and all(
         len({TOPO.node_type[TOPO.gpus[i].node] for i in g.gpus}) == 1 for r in rows for g in r.gangs
     )
+
+
+def test_a_gang_no_one_type_holds_goes_over_several_at_the_slowest_speed() -> None:
+    """An untyped gang wider than any one type (Slurm starts ``--gres=gpu:4 -N2`` over any types) is placed
+    over both, valued at the slower type's speed; one that fits a type stays on it; one the job may not run on
+    somewhere (speed 0 there, or a typed request) never spans."""
+    m = _model()
+    m.job_facts.use(TOPO)
+    wide = Job("w", "A", 6, 1000.0, profile="none")
+    app = App("A", "u", 0.0, (wide,))
+    agent = Agent(app, m, NOW, 0.0, [wide])
+    g = agent.place(wide, Pool(TOPO, frozenset(range(8))))
+    assert g is not None and len(g.gpus) == 6 and g.gpus & H100 and g.gpus & A100
+    assert g.throughput == pytest.approx(6 * 0.5)  # the gang runs at the a100's pace
+    four = Job("f", "A", 4, 1000.0, profile="none")
+    g = agent.place(four, Pool(TOPO, frozenset({1, 2, 3, 4, 5, 6, 7})))
+    assert g is not None and g.gpus == A100  # one type holds it: not spread, though the h100s are faster
+    never_a100 = Job("n", "A", 6, 1000.0, profile="none", speeds=(("a100", 0.0),))
+    assert agent.place(never_a100, Pool(TOPO, frozenset(range(8)))) is None
+    typed = Job("t", "A", 6, 1000.0, profile="none", allowed_nodes=frozenset({"node1"}))
+    assert agent.place(typed, Pool(TOPO, frozenset(range(8)))) is None
+    assert shape_fit(wide, Pool(TOPO, frozenset(range(8)))) is not None
+    assert shape_fit(never_a100, Pool(TOPO, frozenset(range(8)))) is None
+    assert mixed_nodes(job_types(TOPO, wide)) == ["node1", "node2"]
+    assert mixed_nodes(job_types(TOPO, wide), {"node2"}) == ["node2"]
+    assert mixed_nodes(job_types(TOPO, never_a100)) is None
+
+
+@pytest.mark.parametrize("solver", ["exact", "fast"])
+def test_a_round_starts_a_gang_wider_than_any_type(solver: str) -> None:
+    """The local cluster's case (tests/slurm/test_training_e2e.py): an app holding nothing wants a 16-GPU
+    gang on a cluster of 8 a100s and 8 h100s, every GPU free: it is granted all 16."""
+    spec = {"rack1": {f"node{i}": [[0, 1, 2, 3]] for i in range(1, 5)}}
+    topo = Topology.from_spec(spec, {"node1": "a100", "node2": "a100", "node3": "h100", "node4": "h100"})
+    gang = App("G", "u", NOW - 100.0, (Job("g", "G", 16, 400.0, gpus_per_node=4, nodes=4),))
+    state = ClusterState(topo, NOW, frozenset(range(16)), (), (gang,))
+    d = run_round(state, ArbiterConfig(solver=solver, lease_s=20.0))
+    check_invariants(state, d)
+    assert [(g.job_id, len(g.gpus)) for g in d.grants] == [("g", 16)]
 
 
 @pytest.mark.parametrize("solver", ["exact", "fast"])
@@ -213,10 +252,9 @@ def _typed(state: ClusterState, rng: random.Random) -> ClusterState:
     seed=st.integers(0, 2**32 - 1), solver=st.sampled_from(["exact", "fast"]), f=st.sampled_from([0.0, 0.8])
 )
 @example(seed=19248, solver="exact", f=0.8)  # keep-in-place swapped a gang onto a type it cannot run on
-def test_random_rounds_never_start_a_gang_over_two_types_or_where_it_cannot_run(seed: int, solver: str,
-                                                                               f: float) -> None:  # fmt: skip
-    """Random rounds on a two-type cluster: every new start (a grant that is not a renewal in place) lies on
-    one type, where the job's speed is > 0; no GPU is handed out twice; the same state, the same Decision."""
+def test_random_rounds_never_start_a_gang_where_it_cannot_run(seed: int, solver: str, f: float) -> None:
+    """Random rounds on a two-type cluster: every grant lies on types where the job's speed is > 0, and over
+    two types only whole; no GPU is handed out twice; the same state, the same Decision."""
     rng = random.Random(seed)
     state = _typed(random_state(rng), rng)
     if not state.topology.heterogeneous:
@@ -230,8 +268,9 @@ def test_random_rounds_never_start_a_gang_over_two_types_or_where_it_cannot_run(
         assert not (g.gpus & seen)
         seen |= g.gpus
         types = {topo.gpus[i].gpu_type for i in g.gpus}
-        assert len(types) == 1, (g.job_id, types)
-        assert job_speed(topo, jobs[g.job_id], types.pop()) > 0
+        assert all(job_speed(topo, jobs[g.job_id], t) > 0 for t in types), (g.job_id, types)
+        if len(types) > 1:  # over two types only a whole gang (mixed_nodes), never an elastic shrink
+            assert len(g.gpus) == jobs[g.job_id].gpus, (g.job_id, types)
     assert digest(run_round(state, cfg)) == digest(d)
 
 
