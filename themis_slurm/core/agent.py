@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from themis_slurm.core.fairness import FairnessModel, virtual_lateness
-from themis_slurm.core.gpu_types import gang_speed, mixed_nodes
+from themis_slurm.core.gpu_types import gang_speed
 from themis_slurm.core.job_facts import JobFacts, JobFactsCache
 from themis_slurm.core.placement import Pool, Profile, get_profile, throughput
 from themis_slurm.core.quick_init import quick_init
@@ -294,7 +294,7 @@ class Agent:
         (its allowed nodes of that type, cut to `within`), and of those the one of most effective throughput
         (GPUs x placement factor x its speed there; ties: the faster type). So a job takes the type it gains
         most on among those with room, in the auction and in the leftover alike. A gang spans two types (at
-        the slower one's speed) only when no one type holds it whole (:func:`mixed_nodes`)."""
+        the slower one's speed) only when no one type of the cluster can ever hold it (:func:`spanning_nodes`)."""
         best: Gang | None = None
         inside = None if within is None else set(within)
         for _t, speed, nodes in self._facts.types_of(job):
@@ -311,8 +311,9 @@ class Agent:
             cand = Gang(job.id, gpus, level, len(gpus) * profile.factors[level] * speed * self.start_keep)
             if best is None or cand.throughput > best.throughput:
                 best = cand
-        if best is None or len(best.gpus) < job.gpus:  # no one type holds the whole gang: over several types
-            among = mixed_nodes(self._facts.types_of(job), inside)
+        span = None if best is not None else self._facts.spanning_of(job)  # wider than any one type: several
+        if span is not None:
+            among = span if inside is None else [n for n in span if n in inside]
             found = pool.place_among(job.gpus, job.gpus_per_node, job.nodes, among) if among else None
             if found is not None:
                 gpus, level = found

@@ -11,7 +11,7 @@ not depend on whether a cache is kept (tests/unit/core/test_job_facts.py checks 
 
 from __future__ import annotations
 
-from themis_slurm.core.gpu_types import best_speed, gang_speed, job_types
+from themis_slurm.core.gpu_types import best_speed, gang_speed, job_types, spanning_nodes
 from themis_slurm.core.placement import Profile, allowed_nodes_on, get_profile, throughput
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import Job
@@ -151,6 +151,14 @@ class JobFactsCache:
             assert self._topology is not None, "call use(topology, n) first"
             hit = self._factors[key] = job_types(self._topology, job)  # type: ignore[assignment]
         return hit  # type: ignore[return-value]
+
+    def spanning_of(self, job: Job) -> tuple[str, ...] | None:
+        """:func:`~themis_slurm.core.gpu_types.spanning_nodes` of `job`, kept per speeds, allowed nodes and shape."""
+        key = ("span", job.speeds, job.allowed_nodes, job.gpus, job.gpus_per_node, job.nodes)
+        if key not in self._factors:
+            assert self._topology is not None, "call use(topology, n) first"
+            self._factors[key] = spanning_nodes(self._topology, job, self.types_of(job))  # type: ignore[assignment]
+        return self._factors[key]  # type: ignore[return-value]
 
     def numbers(self, job: Job) -> tuple[float, float, float, float]:
         """:func:`job_sums` of `job`: from its JobFacts when kept, else computed and *not* kept. FairnessModel

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from themis_slurm.core.agent import Agent, Gang
 from themis_slurm.core.decision import GrantSource, Renewal, RenewalCause, ReservationNote
-from themis_slurm.core.gpu_types import gang_speed, job_types, mixed_nodes
+from themis_slurm.core.gpu_types import gang_speed, job_types, spanning_nodes
 from themis_slurm.core.placement import Pool, get_profile, throughput
 from themis_slurm.core.quota import room, tenant_gpus
 from themis_slurm.core.round_state import RoundState
@@ -182,14 +182,14 @@ def _reserve_on(
     for a start Slurm refuses. Without a shape it is split by the widest allowed node, so a gang too wide
     for one of them is still reserved whole nodes even where wider nodes it may not use exist.
     """
-    if topo.heterogeneous:  # one type at a time, the job's fastest first; over several only when none holds it
+    if topo.heterogeneous:  # one type at a time, the job's fastest first; over several only when none ever holds it
         types = job_types(topo, job)
         for _t, _speed, nodes in types:
             found = _reserve_among(topo, avail, now, job, homed, {n: topo.node_gpus[n] for n in nodes})
             if found is not None:
                 return found
-        mixed = mixed_nodes(types)
-        return _reserve_among(topo, avail, now, job, homed, {n: topo.node_gpus[n] for n in mixed}) if mixed else None
+        span = spanning_nodes(topo, job, types)  # wider than any one type: over several
+        return _reserve_among(topo, avail, now, job, homed, {n: topo.node_gpus[n] for n in span}) if span else None
     allowed = job.allowed_nodes
     node_gpus = topo.node_gpus if allowed is None else {n: g for n, g in topo.node_gpus.items() if n in allowed}
     return _reserve_among(topo, avail, now, job, homed, node_gpus)

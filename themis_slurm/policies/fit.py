@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Iterable
 
 from themis_slurm.core.fairness import job_throughput
-from themis_slurm.core.gpu_types import job_types, mixed_nodes
+from themis_slurm.core.gpu_types import job_types, spanning_nodes
 from themis_slurm.core.placement import Pool, allowed_nodes_on, get_profile
 from themis_slurm.core.topology import Level, Topology
 from themis_slurm.core.workload import Job
@@ -51,7 +51,7 @@ def shape_fit(
 
 def _typed_fit(job: Job, pool: Pool, n: int, within: Iterable[str] | None) -> frozenset[int] | None:
     """:func:`shape_fit` on a cluster of several GPU types: the tightest placement on the fastest type for the
-    job that has room (core/gpu_types.py :func:`job_types`); over several types only when none holds it."""
+    job that has room (core/gpu_types.py :func:`job_types`); over several types only when none ever holds it."""
     inside = None if within is None else set(within)
     shaped = job.gpus_per_node is not None and job.nodes is not None
     for _t, _speed, nodes in job_types(pool.topo, job):
@@ -62,7 +62,8 @@ def _typed_fit(job: Job, pool: Pool, n: int, within: Iterable[str] | None) -> fr
                  else pool.place_among(n, None, None, among))  # fmt: skip
         if found is not None:
             return found[0]
-    among = mixed_nodes(job_types(pool.topo, job), inside)  # no one type holds it: over several (slowest speed)
+    span = spanning_nodes(pool.topo, job, job_types(pool.topo, job))  # no one type ever holds it: several
+    among = None if span is None else [x for x in span if inside is None or x in inside]
     if not among:
         return None
     found = (pool.place_among(job.gpus, job.gpus_per_node, job.nodes, among) if shaped

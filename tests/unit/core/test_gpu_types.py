@@ -24,8 +24,8 @@ from themis_slurm.core.gpu_types import (
     gang_speed,
     job_speed,
     job_types,
-    mixed_nodes,
     parse_gpu_types,
+    spanning_nodes,
 )
 from themis_slurm.core.placement import Pool
 from themis_slurm.core.state import ClusterState
@@ -161,10 +161,11 @@ def test_the_agent_places_a_job_on_the_type_it_gains_most_on() -> None:
     )
 
 
-def test_a_gang_no_one_type_holds_goes_over_several_at_the_slowest_speed() -> None:
+def test_only_a_gang_no_one_type_can_ever_hold_goes_over_several_at_the_slowest_speed() -> None:
     """An untyped gang wider than any one type (Slurm starts ``--gres=gpu:4 -N2`` over any types) is placed
-    over both, valued at the slower type's speed; one that fits a type stays on it; one the job may not run on
-    somewhere (speed 0 there, or a typed request) never spans."""
+    over both, valued at the slower type's speed. One that fits a type when it is free waits for it, even
+    with the other type free now; one the job may not run on somewhere (speed 0 there, or a typed
+    request) never spans."""
     m = _model()
     m.job_facts.use(TOPO)
     wide = Job("w", "A", 6, 1000.0, profile="none")
@@ -173,18 +174,21 @@ def test_a_gang_no_one_type_holds_goes_over_several_at_the_slowest_speed() -> No
     g = agent.place(wide, Pool(TOPO, frozenset(range(8))))
     assert g is not None and len(g.gpus) == 6 and g.gpus & H100 and g.gpus & A100
     assert g.throughput == pytest.approx(6 * 0.5)  # the gang runs at the a100's pace
+    assert shape_fit(wide, Pool(TOPO, frozenset(range(8)))) is not None
     four = Job("f", "A", 4, 1000.0, profile="none")
     g = agent.place(four, Pool(TOPO, frozenset({1, 2, 3, 4, 5, 6, 7})))
     assert g is not None and g.gpus == A100  # one type holds it: not spread, though the h100s are faster
+    assert agent.place(four, Pool(TOPO, frozenset({1, 2, 3, 5, 6, 7}))) is None  # it waits for one type
+    assert shape_fit(four, Pool(TOPO, frozenset({1, 2, 3, 5, 6, 7}))) is None
+    shaped = Job("s", "A", 4, 1000.0, profile="none", gpus_per_node=2, nodes=2)  # 2 nodes: no type has 2
+    assert spanning_nodes(TOPO, shaped, job_types(TOPO, shaped)) == ("node1", "node2")
     never_a100 = Job("n", "A", 6, 1000.0, profile="none", speeds=(("a100", 0.0),))
     assert agent.place(never_a100, Pool(TOPO, frozenset(range(8)))) is None
+    assert shape_fit(never_a100, Pool(TOPO, frozenset(range(8)))) is None
     typed = Job("t", "A", 6, 1000.0, profile="none", allowed_nodes=frozenset({"node1"}))
     assert agent.place(typed, Pool(TOPO, frozenset(range(8)))) is None
-    assert shape_fit(wide, Pool(TOPO, frozenset(range(8)))) is not None
-    assert shape_fit(never_a100, Pool(TOPO, frozenset(range(8)))) is None
-    assert mixed_nodes(job_types(TOPO, wide)) == ["node1", "node2"]
-    assert mixed_nodes(job_types(TOPO, wide), {"node2"}) == ["node2"]
-    assert mixed_nodes(job_types(TOPO, never_a100)) is None
+    assert spanning_nodes(TOPO, four, job_types(TOPO, four)) is None
+    assert spanning_nodes(TOPO, wide, job_types(TOPO, wide)) == ("node1", "node2")
 
 
 @pytest.mark.parametrize("solver", ["exact", "fast"])
@@ -269,7 +273,8 @@ def test_random_rounds_never_start_a_gang_where_it_cannot_run(seed: int, solver:
         seen |= g.gpus
         types = {topo.gpus[i].gpu_type for i in g.gpus}
         assert all(job_speed(topo, jobs[g.job_id], t) > 0 for t in types), (g.job_id, types)
-        if len(types) > 1:  # over two types only a whole gang (mixed_nodes), never an elastic shrink
+        if len(types) > 1:  # over two types only a whole gang that no one type can ever hold
+            assert spanning_nodes(topo, jobs[g.job_id], job_types(topo, jobs[g.job_id])) is not None
             assert len(g.gpus) == jobs[g.job_id].gpus, (g.job_id, types)
     assert digest(run_round(state, cfg)) == digest(d)
 
