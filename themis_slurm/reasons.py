@@ -99,6 +99,9 @@ def renewal_cause(cause: RenewalCause | str, cut_s: float | None = None, instead
         return "kept running by the (baseline) policy"
     if cause is RenewalCause.WIDE_GANG:
         return "a started wide gang keeps its GPUs (its app is not clearly ahead; restarting needs them all free at once)"
+    if cause is RenewalCause.UNSAVED:
+        return ("keeps its GPUs: a preemption would throw away more unsaved work than its lease frees (it does not "
+                "checkpoint; its app is not clearly ahead)")
     if cause is RenewalCause.RESERVATION:
         return ("the reservation's wide gang keeps its GPUs (its app is the worst-ranked bidder with a wide gang; "
                 "restarting needs them all free at once)")

@@ -5,6 +5,8 @@ A round is a fixed list of named phases over one typed :class:`~themis_slurm.cor
 module and function):
 
     pool          bidding.collect_pool            free GPUs + expiring leases; non-preemptible holders renew
+    unsaved       unsaved_work.keep_unsaved       holders that would lose more work than their lease frees renew
+                                                  unless their app is clearly ahead (unsaved_keep_leases > 0)
     wide gangs    wide_gangs.keep_wide_gangs      optional (keep_wide_gangs): started wide gangs renew
                                                   unless their app is clearly ahead (rho < release rho)
     visibility    bidding.rank_by_rho, offer      rank apps with waiting work by rho; the worst 1 - f bid
@@ -38,6 +40,7 @@ from themis_slurm.core.record import record
 from themis_slurm.core.reservation import reserve_for_wide_gang
 from themis_slurm.core.round_state import RoundState
 from themis_slurm.core.state import ClusterState
+from themis_slurm.core.unsaved_work import keep_unsaved
 from themis_slurm.core.wide_gangs import keep_wide_gangs
 from themis_slurm.core.winners import determine_winners
 
@@ -68,6 +71,8 @@ class ArbiterConfig:
     reserve_wide_gangs: bool = True  # the reservation phase (core/reservation.py); docs/design.md
     keep_wide_gangs: bool = False  # the wide-gangs phase (core/wide_gangs.py); off: see docs/design.md
     wide_gang_release_rho: float = 0.8  # ... below this rho an app is clearly ahead: its wide gang is auctioned
+    unsaved_keep_leases: float = 1.0  # core/unsaved_work.py: keep a holder whose unsaved work > this many leases of its GPUs (0: never)
+    unsaved_release_rho: float = 0.3  # ... unless its app's rho is below this (clearly ahead)
     keep_in_place: bool = True  # the keep-in-place phase (core/keep_in_place.py): off only to see what it saves
     rank_at_share: float = 2.0  # s > 0: rank at s x a fair share (bidding.py); 0: by rho under what apps keep (the paper)
     leftover_order: str = "deadline"  # the leftover's order: earliest virtual deadline first, or "rho" (the authors')
@@ -81,6 +86,10 @@ class ArbiterConfig:
             raise ValueError(f"restart_cost_s must be >= 0 seconds, got {self.restart_cost_s}")
         if not (self.wide_gang_release_rho >= 0 and math.isfinite(self.wide_gang_release_rho)):
             raise ValueError(f"wide_gang_release_rho must be a number >= 0, got {self.wide_gang_release_rho}")
+        if not (self.unsaved_keep_leases >= 0 and math.isfinite(self.unsaved_keep_leases)):
+            raise ValueError(f"unsaved_keep_leases must be a number >= 0, got {self.unsaved_keep_leases}")
+        if not (self.unsaved_release_rho >= 0 and math.isfinite(self.unsaved_release_rho)):
+            raise ValueError(f"unsaved_release_rho must be a number >= 0, got {self.unsaved_release_rho}")
         if not (self.rank_at_share >= 0 and math.isfinite(self.rank_at_share)):
             raise ValueError(f"rank_at_share must be a number >= 0, got {self.rank_at_share}")
         if self.leftover_order not in LEFTOVER_ORDERS:
@@ -98,6 +107,7 @@ def run_round(state: ClusterState, config: ArbiterConfig | None = None, cache: J
     """
     rs = RoundState.start(state, config or ArbiterConfig(), cache)
     collect_pool(rs)
+    keep_unsaved(rs)
     if rs.cfg.keep_wide_gangs:
         keep_wide_gangs(rs)
     rank_by_rho(rs)

@@ -48,6 +48,7 @@ class RenewalCause(StrEnum):
     NOT_PREEMPTIBLE = "not_preemptible"   # the job cannot be preempted: it keeps its GPUs
     WON_BACK = "won_back"                 # won its own GPUs back in the auction
     LEFTOVER = "leftover"                 # kept its GPUs as leftover
+    UNSAVED = "unsaved"                   # it would lose more work than its lease frees: its app is not clearly ahead
     WIDE_GANG = "wide_gang"               # a started wide gang keeps its GPUs: its app is not clearly ahead
     RESERVATION = "reservation"           # the reservation phase's wide gang already runs: it keeps its GPUs
     IN_PLACE = "in_place"                 # the daemon renewed it instead of moving a same-kind job onto its GPUs

@@ -122,6 +122,8 @@ class SchedulerConfig:
     reserve_wide_gangs: bool = _CORE.reserve_wide_gangs
     keep_wide_gangs: bool = _CORE.keep_wide_gangs
     wide_gang_release_rho: float = _CORE.wide_gang_release_rho
+    unsaved_keep_leases: float = _CORE.unsaved_keep_leases
+    unsaved_release_rho: float = _CORE.unsaved_release_rho
     keep_in_place: bool = _CORE.keep_in_place
     rank_at_share: float = _CORE.rank_at_share
     leftover_order: str = _CORE.leftover_order
@@ -138,6 +140,8 @@ class SchedulerConfig:
                              seed=self.seed, restart_cost_s=self.restart_cost_s,
                              reserve_wide_gangs=self.reserve_wide_gangs, keep_wide_gangs=self.keep_wide_gangs,
                              wide_gang_release_rho=self.wide_gang_release_rho,
+                             unsaved_keep_leases=self.unsaved_keep_leases,
+                             unsaved_release_rho=self.unsaved_release_rho,
                              keep_in_place=self.keep_in_place, rank_at_share=self.rank_at_share,
                              leftover_order=self.leftover_order)  # fmt: skip
 
@@ -529,6 +533,8 @@ _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
         "reserve_wide_gangs": boolean,
         "keep_wide_gangs": boolean,
         "wide_gang_release_rho": non_negative,
+        "unsaved_keep_leases": non_negative,
+        "unsaved_release_rho": non_negative,
         "keep_in_place": boolean,
         "rank_at_share": non_negative,
         "leftover_order": one_of(LEFTOVER_ORDERS),
