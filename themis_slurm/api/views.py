@@ -26,6 +26,7 @@ from themis_slurm.api.auth import Identity
 from themis_slurm.api.cluster import GPU_STATES, gpu_states
 from themis_slurm.api.slurmconf import SlurmConfInfo
 from themis_slurm.core.decision import KeptBy, Outcome
+from themis_slurm.core.gpu_types import class_speeds
 from themis_slurm.core.placement import LEVEL_NAMES, Profile, get_profile
 from themis_slurm.core.tenancy import FLAT, Entity
 from themis_slurm.slurm.eligibility import ineligible
@@ -654,15 +655,20 @@ def _profile_doc(ctx: Context, m: ManagedJob | None) -> Doc | None:
     """The model class themisd places the job with: the name it asked for (its trusted record's model or
     sens), the class used and its factors per level, whether built in or the site's (themis.yaml
     ``models:``, from the configuration in ``round_terms``), and why it is the default class when themisd
-    does not know the name (state/jobs.py). None for a job not in Slurm's view."""
+    does not know the name (state/jobs.py), and its speed on each GPU type themis.yaml ``gpu_types:`` names
+    (the class's own, else the type's; fastest first; empty without the section). None for a job not in
+    Slurm's view."""
     if m is None:
         return None
     site = ctx.round_terms.profiles if ctx.round_terms is not None else {}
     ref = profile_of(m, site)
     prof = get_profile(ref)
+    terms = ctx.round_terms
+    speeds = {} if terms is None else {**terms.type_speeds, **dict(class_speeds(terms.class_speeds, prof.name))}
     return {"asked": m.profile or None, "name": prof.name, "factors": dict(zip(LEVEL_NAMES, prof.factors, strict=True)),
             "defined_by": "themis.yaml" if isinstance(ref, Profile) else "built-in", "source": prof.source,
-            "note": unknown_profile_note(m, site) if ctx.round_terms is not None else ""}
+            "note": unknown_profile_note(m, site) if terms is not None else "",
+            "type_speeds": dict(sorted(speeds.items(), key=lambda kv: (-kv[1], kv[0])))}
 
 
 def _tenancy_explain(ctx: Context, job: Doc, rounds: list[Doc]) -> Doc | None:

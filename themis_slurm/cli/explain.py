@@ -95,13 +95,19 @@ def render_explain(doc: dict[str, Any], opts: TableOptions) -> str:
 
 
 def _profile(prof: dict[str, Any], level: str | None) -> str:
-    """The model class the job is placed with, its factors, and the one its GPUs now give it."""
+    """The model class the job is placed with, its factors, the one its GPUs now give it, and its speed on
+    each GPU type the site names."""
     factors = prof["factors"]
     text = (f"Class:     {prof['name']} ({prof['defined_by']}): "
             + ", ".join(f"{lv} {f:.2f}" for lv, f in factors.items()))
     if level in factors:
         text += f"; now placed at {level} level: x{factors[level]:.2f}"
-    return text + (f"; {prof['note']}" if prof["note"] else "")
+    text += f"; {prof['note']}" if prof["note"] else ""
+    speeds = prof.get("type_speeds")
+    if speeds:  # themis.yaml gpu_types: what an hour on each type is worth to this class
+        text += ("\nTypes:     " + ", ".join(f"{t} x{v:.2f}" for t, v in speeds.items())
+                 + " of the reference type's speed (themis.yaml gpu_types; a type not named: x1.00)")
+    return text
 
 
 _SAVES = {"warning": "at Themis's warning", "never": "never (a preemption loses its whole run)"}

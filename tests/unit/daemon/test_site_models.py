@@ -259,6 +259,7 @@ def test_explain_shows_the_class_its_factors_and_why(slurm: FakeSlurm) -> None:
         "note": "",
         "factors": {"island": 1.0, "node": 0.9, "rack": 0.5, "cluster": 0.3},
         "source": "site: themis.yaml models.llama-70b (defines a class)",
+        "type_speeds": {},
     }
     assert _profile(doc, "rack") == (
         "Class:     llama-70b (themis.yaml): island 1.00, node 0.90, rack 0.50, "
@@ -271,3 +272,11 @@ def test_explain_shows_the_class_its_factors_and_why(slurm: FakeSlurm) -> None:
         "in themis.yaml models): placed as the default class low"
     )
     assert _profile_doc(ctx, None) is None  # type: ignore[arg-type]
+    typed = SimpleNamespace(round_terms=RoundTerms(True, 60.0, 0.0, 0.0, site, {"a100": 0.6, "h100": 1.0},
+                                                   {"llama-70b": {"a100": 0.5}}))  # fmt: skip
+    doc = _profile_doc(typed, mj(slurm, "llama-70b"))  # type: ignore[arg-type]
+    assert doc["type_speeds"] == {"h100": 1.0, "a100": 0.5}  # the class's own speed wins; fastest first
+    assert _profile(doc, None).splitlines()[-1] == (
+        "Types:     h100 x1.00, a100 x0.50 of the reference type's speed (themis.yaml gpu_types; a type not "
+        "named: x1.00)"
+    )
