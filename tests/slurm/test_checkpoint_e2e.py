@@ -99,9 +99,52 @@ def test_jobs_that_do_not_checkpoint_are_charged_their_runs(cluster: Cluster, da
     finally:
         d.stop()
     log = d.log.read_text()
+    db = d.db()
+    try:  # holders kept because a preemption would lose more than their lease frees (core/unsaved_work.py)
+        kept = db.execute("SELECT COUNT(*) FROM decisions WHERE action = 'renewal' AND cause = 'unsaved'"
+                          ).fetchone()[0]  # fmt: skip
+    finally:
+        db.close()
     assert f"job={victim}: its run of" in log and "of work since its last save lost (it does not checkpoint)" in log
     starts = {j: lines(out / f"starts-{j}") for j in alice}
     print(f"\n[checkpoint e2e] {JOBS} + {JOBS} jobs of {GPUS} GPUs on 16 GPUs: all done in {elapsed:.0f} s; runs "
-          f"of alice's jobs {sorted(starts.values())}")
+          f"of alice's jobs {sorted(starts.values())}; renewals kept for their unsaved work {kept}")
     assert starts[int(victim)] >= 2, "the requeued job ran again from zero"
+    assert all(lines(out / f"done-{j}") == 1 for j in alice + bob), "a job completed twice or not at all"
+
+
+def test_a_job_that_would_lose_more_than_a_lease_keeps_its_gpus(cluster: Cluster, daemon_dir: Path) -> None:
+    """alice's 8 two-GPU jobs that never save (75 s of work, honestly estimated) hold all 16 GPUs; once each
+    has run more than a lease (20 s: a preemption would throw away more than its lease frees), bob submits
+    8 two-GPU jobs. bob's app holds nothing and is the worst off, yet alice's jobs keep their GPUs at every
+    expiry (core/unsaved_work.py: renewal "unsaved"; her app, at rho about 0.5, is not clearly ahead): each
+    runs once, and bob's start as hers finish."""
+    if [j for j in cluster.jobs() if j["job_state"] in ("PENDING", "RUNNING")]:
+        pytest.skip("the shared cluster runs other jobs")
+    out = cluster.jobs_dir
+    work = 75
+    alice = [cluster.sbatch("-p", "gpu", f"--gres=gpu:{GPUS}", "--themis-app=long", f"--themis-est={work}s",
+                            "--themis-ckpt=no", f"--export=ALL,WORK={work},CKPT_DIR={out}", script=NO_CKPT_JOB)
+             for _ in range(JOBS)]  # fmt: skip
+    d = make_themisd(daemon_dir, cluster)
+    d.start()
+    w = Watch(cluster, d)
+    try:
+        w.until("alice's jobs all running", lambda s: sum(m.user == ALICE and m.state == "RUNNING"
+                                                           for m in s.managed) == JOBS, 90)  # fmt: skip
+        time.sleep(25)  # past one lease of their runs
+        bob = [submit(cluster, BOB, f"gpu:{GPUS}", "themis:app=waits,est=20s", 20) for _ in range(JOBS)]
+        w.until("every job to finish", lambda _: all(lines(out / f"done-{j}") for j in alice + bob), 300)
+    finally:
+        d.stop()
+    db = d.db()
+    try:
+        kept = db.execute("SELECT COUNT(*) FROM decisions WHERE action = 'renewal' AND cause = 'unsaved'"
+                          ).fetchone()[0]  # fmt: skip
+    finally:
+        db.close()
+    starts = {j: lines(out / f"starts-{j}") for j in alice}
+    print(f"\n[checkpoint e2e] alice's runs {sorted(starts.values())}; renewals kept for their unsaved work {kept}")
+    assert all(n == 1 for n in starts.values()), f"a job that never saves was preempted: runs {starts}"
+    assert kept >= JOBS, f"only {kept} renewals for unsaved work\n{d.log.read_text()[-3000:]}"
     assert all(lines(out / f"done-{j}") == 1 for j in alice + bob), "a job completed twice or not at all"
