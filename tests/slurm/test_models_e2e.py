@@ -136,6 +136,7 @@ def test_themisd_places_and_counts_a_sites_class(cluster: Cluster, daemon_dir: P
         "defined_by": "themis.yaml",
         "source": f"site: {d.config} models.{SITE} (defines a class)",
         "note": "",
+        "type_speeds": {},  # no gpu_types: in this themis.yaml
     }
     assert (
         f"Class:     {SITE} (themis.yaml): island 1.00, node 0.90, rack 0.45, cluster 0.35; now placed at "
