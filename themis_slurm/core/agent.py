@@ -89,6 +89,7 @@ class Agent:
         start_cost: float = 0.0,
         kept_free_s: float = math.inf,
         weight: float = 1.0,
+        finish_rho: float = 1.0,
     ) -> None:
         if not 0.0 <= start_cost < 1.0:
             raise ValueError(f"start_cost must be in [0, 1), got {start_cost}")
@@ -112,6 +113,8 @@ class Agent:
         self._facts = cache  # each job's allowed nodes in topology order (_search)
         self._tid, self._remaining, self._path = model.facts(app)
         self._elapsed = max(0.0, now - app.arrival)
+        #: the rho its job order may let the app finish at (>= 1; bidding.rank_by_rho: below the round's worst)
+        self._finish_rho = finish_rho
         self._total_work = model.total_work(app)
         # The jobs other than lease holders are sorted once while they stay the same (kept in the cache:
         # the simulator's waiting jobs are the same objects round after round); which of them cannot wait
@@ -125,7 +128,7 @@ class Agent:
             cache.orders[app.id] = (rest, hit)
         else:
             hit = hit[1]
-        derived = hit.derived(self._elapsed, self._tid, model.share_rate(app), self._remaining)
+        derived = hit.derived(self._elapsed, self._tid, model.share_rate(app), self._remaining, finish_rho)
         if home:
             derived = _with_holders(derived, [j for j in jobs if j.id in home], cache)
         self.jobs, self.kinds, self._plain, self._profiles, self._after, longest = derived
@@ -148,7 +151,7 @@ class Agent:
         rest = [j for j in self.jobs if j.id != job_id and j.id not in homes]
         cache = self._facts
         derived = _Sorted(rest, cache).derived(self._elapsed, self._tid, self.model.share_rate(self.app),
-                                               self._remaining)  # fmt: skip
+                                               self._remaining, self._finish_rho)  # fmt: skip
         if homes:
             derived = _with_holders(derived, [j for j in self.jobs if j.id in homes], cache)
         new.jobs, new.kinds, new._plain, new._profiles, new._after, _ = derived
@@ -470,7 +473,9 @@ class _Sorted:
         self.ahead = ahead
         self.last: tuple[tuple[int, ...], Derived] | None = None
 
-    def derived(self, elapsed: float, t_id: float, pace: float, remaining: float) -> Derived:
+    def derived(
+        self, elapsed: float, t_id: float, pace: float, remaining: float, finish_rho: float = 1.0
+    ) -> Derived:
         """The bidding order `elapsed` seconds after the app's arrival (:func:`pace_order`), kept while the
         set of jobs that cannot wait is the same as last time.
 
@@ -479,8 +484,11 @@ class _Sorted:
         private-share one, T_id; for an app already behind it (its remaining work at that pace, or its
         longest waiting run, ends after T_id), the fluid finish of all its remaining work at that pace plus
         :data:`BEHIND_ALLOWANCE` of its longest waiting run (measured against T_id alone, every job of such
-        an app is late and the order is longest first throughout). What the running jobs
-        have left is done first at the same pace, so it shortens the room of the waiting ones."""
+        an app is late and the order is longest first throughout). Either way no sooner than `finish_rho`
+        x T_id: the rho below the round's worst-off app that the app may finish at without raising the
+        round's worst (bidding.rank_by_rho, ``ArbiterConfig.order_slack``), the slack its short jobs are
+        served first in. What the running jobs have left is done first at the same pace, so it shortens the
+        room of the waiting ones."""
         facts = self.facts
         urgent: tuple[int, ...] = ()
         if pace > 0.0 and facts:
@@ -490,6 +498,7 @@ class _Sorted:
             longest = facts[-1].run_left
             if fluid > finish or longest > finish:  # behind: no order ends the app by T_id at its pace
                 finish = max(finish, fluid + BEHIND_ALLOWANCE * longest)
+            finish = max(finish, finish_rho * t_id - elapsed)  # the slack below the round's worst app
             room = finish - max(0.0, remaining - waiting) / pace
             urgent = cannot_wait(facts, self.ahead, room, pace)
         last = self.last
@@ -508,15 +517,15 @@ class _Sorted:
 
 
 def pace_order(jobs: list[Job], cache: JobFactsCache, elapsed: float, t_id: float, pace: float,
-               remaining: float) -> list[Job]:
+               remaining: float, finish_rho: float = 1.0) -> list[Job]:
     """The bidding order of an app's jobs that hold no lease, `elapsed` seconds after its arrival, with T_id
-    `t_id`, private-share pace `pace` (work per second) and `remaining` work in all (running jobs'
-    included): the jobs that cannot wait (:func:`cannot_wait`, against the finish :meth:`_Sorted.derived`
-    keeps) longest remaining run first, then the others shortest remaining run first (ties: submit time,
+    `t_id`, private-share pace `pace` (work per second), `remaining` work in all (running jobs' included)
+    and `finish_rho` (:meth:`_Sorted.derived`): the jobs that cannot wait (:func:`cannot_wait`, against
+    the finish :meth:`_Sorted.derived` keeps) longest remaining run first, then the others shortest remaining run first (ties: submit time,
     then id). The app's finish is its last job's end, which longest first protects; every other job is
     served shortest first, which lowers the mean completion time of its jobs (docs/design.md, "Agents and
     valuation tables")."""
-    return list(_Sorted(jobs, cache).derived(elapsed, t_id, pace, remaining)[0])
+    return list(_Sorted(jobs, cache).derived(elapsed, t_id, pace, remaining, finish_rho)[0])
 
 
 def _derive(facts: list[JobFacts], shortest_first: list[JobFacts]) -> Derived:

@@ -73,6 +73,7 @@ class ArbiterConfig:
     wide_gang_release_rho: float = 0.8  # ... below this rho an app is clearly ahead: its wide gang is auctioned
     unsaved_keep_leases: float = 1.0  # core/unsaved_work.py: keep a holder whose unsaved work > this many leases of its GPUs (0: never)
     unsaved_release_rho: float = 0.3  # ... unless its app's rho is below this (clearly ahead)
+    order_slack: float = 0.7  # bidding._finish_rho: the share of the gap to the worst app's rho an app's job order may use
     keep_in_place: bool = True  # the keep-in-place phase (core/keep_in_place.py): off only to see what it saves
     rank_at_share: float = 2.0  # s > 0: rank at s x a fair share (bidding.py); 0: by rho under what apps keep (the paper)
     leftover_order: str = "deadline"  # the leftover's order: earliest virtual deadline first, or "rho" (the authors')
@@ -90,6 +91,8 @@ class ArbiterConfig:
             raise ValueError(f"unsaved_keep_leases must be a number >= 0, got {self.unsaved_keep_leases}")
         if not (self.unsaved_release_rho >= 0 and math.isfinite(self.unsaved_release_rho)):
             raise ValueError(f"unsaved_release_rho must be a number >= 0, got {self.unsaved_release_rho}")
+        if not 0.0 <= self.order_slack <= 1.0:
+            raise ValueError(f"order_slack must be a number in [0, 1], got {self.order_slack}")
         if not (self.rank_at_share >= 0 and math.isfinite(self.rank_at_share)):
             raise ValueError(f"rank_at_share must be a number >= 0, got {self.rank_at_share}")
         if self.leftover_order not in LEFTOVER_ORDERS:

@@ -70,6 +70,7 @@ def rank_by_rho(rs: RoundState) -> None:
     homes_of: dict[str, dict[str, frozenset[int]]] = {}  # app -> its lease holders whose lease expires now
     for jid, gpus in rs.homes.items():
         homes_of.setdefault(jobs[jid].app_id, {})[jid] = gpus
+    finish_rho = _finish_rho(rs)
     for app in rs.state.apps:
         base = kept.get(app.id, 0.0)
         k = n_held.get(app.id, 0)
@@ -84,7 +85,8 @@ def rank_by_rho(rs: RoundState) -> None:
         if waiting:
             homes = homes_of.get(app.id, {})  # all among `waiting`: their leases are not kept
             ag = rs.agents[app.id] = Agent(app, rs.model, rs.now, base, waiting, homes, rs.restart_discount,
-                                           free_at.get(app.id, math.inf), weights.get(app.id, 1.0))  # fmt: skip
+                                           free_at.get(app.id, math.inf), weights.get(app.id, 1.0),
+                                           finish_rho)  # fmt: skip
             rs.rho_now[app.id] = ag.rho_base  # model.rho(app, now, base) with the kept-GPU floor (agent.py)
         else:
             rs.rho_now[app.id] = rs.model.rho(app, rs.now, base)
@@ -97,6 +99,26 @@ def rank_by_rho(rs: RoundState) -> None:
         rank_rho = rs.rho_now
     urgency = {a: rank_rho[a] * (1.0 if ag.homes else 1.0 - rs.restart_discount) for a, ag in rs.agents.items()}
     rs.ranked = sorted(rs.agents, key=lambda a: (-urgency[a], a))
+
+
+def _finish_rho(rs: RoundState) -> float:
+    """The rho an app's job order may let it finish at: 1 + order_slack x (worst - 1), with worst the highest
+    fluid rho of the round's apps (elapsed + remaining work at its private-share pace, over T_id: the least
+    rho the worst-off app can reach even on its private share). An app below it may serve its short jobs
+    first as long as it stays below it; the worst app has no slack."""
+    slack = rs.cfg.order_slack
+    if slack <= 0:
+        return 1.0
+    model, now = rs.model, rs.now
+    worst = 1.0
+    for app in rs.state.apps:
+        t_id, remaining, _ = model.facts(app)
+        pace = model.share_rate(app)
+        if t_id > 0 and pace > 0:
+            r = (max(0.0, now - app.arrival) + remaining / pace) / t_id
+            if r > worst:
+                worst = r
+    return 1.0 + slack * (worst - 1.0)
 
 
 def rho_at_share(agent: Agent, fair_gpus: float) -> float:

@@ -125,6 +125,7 @@ class SchedulerConfig:
     unsaved_keep_leases: float = _CORE.unsaved_keep_leases
     unsaved_release_rho: float = _CORE.unsaved_release_rho
     keep_in_place: bool = _CORE.keep_in_place
+    order_slack: float = _CORE.order_slack
     rank_at_share: float = _CORE.rank_at_share
     leftover_order: str = _CORE.leftover_order
 
@@ -142,7 +143,8 @@ class SchedulerConfig:
                              wide_gang_release_rho=self.wide_gang_release_rho,
                              unsaved_keep_leases=self.unsaved_keep_leases,
                              unsaved_release_rho=self.unsaved_release_rho,
-                             keep_in_place=self.keep_in_place, rank_at_share=self.rank_at_share,
+                             keep_in_place=self.keep_in_place, order_slack=self.order_slack,
+                             rank_at_share=self.rank_at_share,
                              leftover_order=self.leftover_order)  # fmt: skip
 
 
@@ -448,6 +450,16 @@ def fraction(v: Any) -> float:
     return x
 
 
+def unit_interval(v: Any) -> float:
+    try:
+        x = _number(v)
+    except _Bad:
+        raise _Bad("a number in [0, 1]") from None
+    if not 0 <= x <= 1:
+        raise _Bad("a number in [0, 1]")
+    return x
+
+
 def prior_factor(v: Any) -> float | None:
     """estimates.calibration_prior: null (learned from the cluster's users) or a factor in [0.01, 100]."""
     if v is None:
@@ -536,6 +548,7 @@ _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
         "unsaved_keep_leases": non_negative,
         "unsaved_release_rho": non_negative,
         "keep_in_place": boolean,
+        "order_slack": unit_interval,
         "rank_at_share": non_negative,
         "leftover_order": one_of(LEFTOVER_ORDERS),
         "exact_max_bidders": count,

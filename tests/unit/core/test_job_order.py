@@ -145,3 +145,40 @@ def test_lease_holders_stay_in_front_and_their_deadlines_follow_the_order() -> N
     assert _ids(list(agent.jobs)) == ["s2", "L", "s3", "s1"]
     late = [agent.lateness(j) for j in agent.jobs]
     assert late == sorted(late, reverse=True)
+
+
+def test_an_app_below_the_worst_may_finish_later_and_serve_its_short_jobs_first() -> None:
+    """finish_rho 1.2 (T_id 10 h: finish by 12 h): the long job behind the 3.5 h of short work at 2 GPUs ends at
+    11.75 h, in time, so the short jobs go first; at 1.0 it cannot wait (the first test)."""
+    assert _ids(pace_order(JOBS, _cache(), 0.0, 10 * H, PACE, REMAINING, 1.2)) == ["s3", "s1", "s2", "L"]
+    assert _ids(pace_order(JOBS, _cache(), 0.0, 10 * H, PACE, REMAINING, 1.0)) == ["L", "s3", "s1", "s2"]
+
+
+def _round_orders(slack: float) -> tuple[float, dict[str, list[str]]]:
+    """The finish rho and the bidding orders of a round with two apps on 8 GPUs: W, far behind (one 1-GPU
+    job of 40 h waiting 20 h already), and A (the long and short jobs above, just arrived)."""
+    from themis_slurm.core.arbiter import ArbiterConfig
+    from themis_slurm.core.bidding import collect_pool, rank_by_rho
+    from themis_slurm.core.round_state import RoundState
+    from themis_slurm.core.state import ClusterState
+
+    now = 20 * H
+    worst = App("W", "u", 0.0, (Job("w", "W", 1, 40 * H),))
+    mine = App("A", "u", now, tuple(Job(j.id, "A", 1, j.work, submit=now) for j in JOBS))
+    state = ClusterState(TOPO, now, frozenset(range(8)), (), (worst, mine))
+    rs = RoundState.start(state, ArbiterConfig(order_slack=slack), None)
+    collect_pool(rs)
+    rank_by_rho(rs)
+    return rs.agents["A"]._finish_rho, {a: _ids(list(ag.jobs)) for a, ag in rs.agents.items()}
+
+
+def test_the_round_gives_the_apps_below_its_worst_a_share_of_the_gap() -> None:
+    """W's fluid rho: (20 h + 40 h at 1 GPU) / T_id 40 h = 1.5. With order_slack 0.5 every app may finish at
+    1 + 0.5 x 0.5 = 1.25 x its T_id. A (share 4 GPUs: T_id 10 h, its long job's run) with its long job
+    behind the 3.5 h of short work at 4 GPUs ends at 10.875 h: late against 10 h, in time against 12.5 h, so
+    A serves its short jobs first; with order_slack 0 its long job goes first."""
+    rho, orders = _round_orders(0.5)
+    assert rho == pytest.approx(1.25)
+    assert orders["A"] == ["s3", "s1", "s2", "L"]
+    rho, orders = _round_orders(0.0)
+    assert rho == 1.0 and orders["A"] == ["L", "s3", "s1", "s2"]

@@ -61,7 +61,8 @@ def _rows(state: ClusterState) -> dict[str, JobRow]:
 @pytest.mark.parametrize("solver", ["fast", "exact"])
 def test_a_task_moved_onto_a_lost_tasks_gpus_is_recorded_as_preempted_not_granted(solver: str) -> None:
     state = _array_round()
-    d = run_round(state, ArbiterConfig(solver=solver, lease_s=45, restart_cost_s=3))
+    # order_slack 0: the array's tasks in the order that makes this round (the slack lets 301 wait)
+    d = run_round(state, ArbiterConfig(solver=solver, lease_s=45, restart_cost_s=3, order_slack=0.0))
     # the core's decision: 301 takes task 5's GPU, task 5 moves onto task 0's, task 0 loses
     assert [(g.job_id, sorted(g.gpus), g.migrated) for g in d.grants] == [
         ("301", [5], False),
@@ -122,6 +123,7 @@ def test_the_daemon_logs_and_records_the_round_as_carried_out(
 
     monkeypatch.setattr(loop, "run_round", moved)
     slurm.calls.clear()
+    caplog.clear()  # only the cycles below (an earlier test may have left the logger at INFO)
     with caplog.at_level(logging.INFO, logger="themisd"):
         for _ in range(20):  # until the leases expire and the round runs
             rep = d.cycle()

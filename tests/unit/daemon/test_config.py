@@ -102,7 +102,7 @@ def test_every_core_knob_is_settable_and_defaults_to_the_core() -> None:
              "idle_throughput": 0.2, "hidden_payments": False, "seed": 42, "restart_cost_s": 5,
              "reserve_wide_gangs": True, "keep_wide_gangs": True, "wide_gang_release_rho": 1.5,
              "keep_in_place": False, "rank_at_share": 2.0, "leftover_order": "rho", "unsaved_keep_leases": 2.5,
-             "unsaved_release_rho": 0.6}
+             "unsaved_release_rho": 0.6, "order_slack": 0.25}
     arb = parse({"scheduler": {**knobs, "lease_minutes": 2}}).scheduler.arbiter()
     assert arb == ArbiterConfig(lease_s=120.0, **knobs)
     assert {f.name for f in fields(ArbiterConfig)} <= {*knobs, "lease_s"}
@@ -110,6 +110,7 @@ def test_every_core_knob_is_settable_and_defaults_to_the_core() -> None:
                            ("idle_throughput", 0, "a number in (0, 1]"), ("hidden_payments", 1, "true or false"),
                            ("keep_wide_gangs", 0, "true or false"), ("wide_gang_release_rho", -1, "a number >= 0"),
                            ("unsaved_keep_leases", -1, "a number >= 0"), ("unsaved_release_rho", "x", "a number >= 0"),
+                           ("order_slack", 1.5, "a number in [0, 1]"),
                            ("keep_in_place", 2, "true or false"), ("rank_at_share", -1, "a number >= 0"),
                            ("leftover_order", "fifo", "one of deadline, rho")):
         shown = repr(bad) if isinstance(bad, str) else bad
