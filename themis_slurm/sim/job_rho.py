@@ -40,6 +40,22 @@ class JobTimes:
 def job_rhos(jobs: Sequence[JobTimes], cluster_gpus: int) -> np.ndarray:
     """rho_j of every job, in input order (module docstring). Raises ValueError naming the job and field
     when a job finishes before it arrives, has no GPUs or no run time, or the cluster has no GPUs."""
+    spans = np.array([j.finish - j.arrival for j in jobs], dtype=float)
+    return spans / job_t_ids(jobs, cluster_gpus)
+
+
+def rhos_on(jobs: Sequence[JobTimes], yardstick: Sequence[JobTimes], cluster_gpus: int) -> np.ndarray:
+    """Each job's time in `jobs` over its T_id in another run of the same jobs, `yardstick` (matched by
+    position): two runs measured with one T_id per job. The README's rho gives each run the T_id of its own
+    contention, so a schedule that keeps fewer jobs waiting shortens its own yardstick."""
+    if len(jobs) != len(yardstick):
+        raise ValueError(f"runs of different jobs: {len(jobs)} against {len(yardstick)}")
+    spans = np.array([j.finish - j.arrival for j in jobs], dtype=float)
+    return spans / job_t_ids(yardstick, cluster_gpus)
+
+
+def job_t_ids(jobs: Sequence[JobTimes], cluster_gpus: int) -> np.ndarray:
+    """T_id_j of every job (module docstring), from the run's own finish times; :func:`job_rhos`'s checks."""
     if cluster_gpus <= 0:
         raise ValueError(f"cluster_gpus must be > 0, got {cluster_gpus}")
     for i, j in enumerate(jobs):
@@ -70,8 +86,7 @@ def job_rhos(jobs: Sequence[JobTimes], cluster_gpus: int) -> np.ndarray:
     # a job that finishes the instant it arrives saw N(a_j) (at least itself): its average is that value
     at_once = np.maximum(1.0, np.concatenate([present, [0.0]])[np.searchsorted(times, a)])
     nbar = np.where(span > 0, over / np.where(span > 0, span, 1.0), at_once)
-    t_id = d * np.maximum(1.0, g * nbar / cluster_gpus)
-    return span / t_id
+    return d * np.maximum(1.0, g * nbar / cluster_gpus)
 
 
 @dataclass(frozen=True)

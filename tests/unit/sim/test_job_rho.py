@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from themis_slurm.sim.job_rho import JobTimes, job_rhos, summarise
+from themis_slurm.sim.job_rho import JobTimes, job_rhos, job_t_ids, rhos_on, summarise
 
 
 def test_hand_computed_rhos() -> None:
@@ -20,6 +20,22 @@ def test_a_narrow_job_is_measured_against_its_own_gpus() -> None:
     that finishes the instant it arrives has rho 0 and does not break the average."""
     runs = [JobTimes(10.0, 130.0, 1, 100.0), JobTimes(20.0, 20.0, 1, 5.0)]
     assert job_rhos(runs, 32) == pytest.approx([1.2, 0.0])
+
+
+def test_one_yardstick_for_two_runs() -> None:
+    """The same two jobs run one after the other (A [0, 200), B [100, 300): the hand-computed run above
+    stretched) and side by side ([0, 100) and [100, 150) as above). A finishes at 200 in both; measured on
+    its own T_id the slower run looks as fair, measured on the other's it does not: rhos_on divides each
+    job's time by the yardstick run's T_id."""
+    fast = [JobTimes(0.0, 200.0, 2, 100.0), JobTimes(100.0, 150.0, 2, 50.0)]
+    slow = [JobTimes(0.0, 200.0, 2, 100.0), JobTimes(100.0, 300.0, 2, 50.0)]
+    assert job_t_ids(fast, 2) == pytest.approx([125.0, 100.0])
+    # slow: N = 1 on [0, 100), 2 on [100, 200), 1 on [200, 300): A's Nbar 1.5 (T_id 150), B's 1.5 (T_id 75)
+    assert job_t_ids(slow, 2) == pytest.approx([150.0, 75.0])
+    assert rhos_on(slow, fast, 2) == pytest.approx([200 / 125, 200 / 100])
+    assert rhos_on(fast, fast, 2) == pytest.approx(job_rhos(fast, 2))
+    with pytest.raises(ValueError, match="runs of different jobs: 1 against 2"):
+        rhos_on(fast[:1], fast, 2)
 
 
 def test_summary() -> None:
