@@ -21,7 +21,8 @@ payments are computed on the pool without these GPUs.
 
 from __future__ import annotations
 
-from themis_slurm.core.decision import Renewal, RenewalCause
+from themis_slurm.core.decision import RenewalCause
+from themis_slurm.core.outright import renew_unless_ahead
 from themis_slurm.core.round_state import RoundState
 
 
@@ -32,21 +33,4 @@ def keep_unsaved(rs: RoundState) -> None:
     if k <= 0:
         return
     costly = [jid for jid, gpus in rs.homes.items() if jobs[jid].unsaved > k * len(gpus) * cfg.lease_s]
-    if not costly:
-        return
-    apps = {app.id: app for app in rs.state.apps}
-    throughput_on = rs.model.job_facts.throughput_on  # type: ignore[union-attr]
-    leases = {lease.job_id: lease for lease in rs.state.leases}
-    holds: dict[str, float] = {}  # app -> throughput of every lease it holds, the expiring ones included
-    for lease in leases.values():
-        job = jobs[lease.job_id]
-        holds[job.app_id] = holds.get(job.app_id, 0.0) + throughput_on(job, lease.gpus)
-    for jid in costly:
-        job = jobs[jid]
-        if rs.model.rho(apps[job.app_id], rs.now, holds[job.app_id]) < cfg.unsaved_release_rho:
-            continue
-        gpus = rs.homes.pop(jid)
-        rs.held[jid] = leases[jid]
-        rs.pool.take(gpus)
-        rs.renewals.append(Renewal(jid, job.app_id, gpus, rs.expiry, RenewalCause.UNSAVED))
-    rs.offered = rs.pool.size
+    renew_unless_ahead(rs, costly, cfg.unsaved_release_rho, RenewalCause.UNSAVED)

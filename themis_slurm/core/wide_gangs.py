@@ -24,7 +24,8 @@ in docs/eval/design-journal.md.
 
 from __future__ import annotations
 
-from themis_slurm.core.decision import Renewal, RenewalCause
+from themis_slurm.core.decision import RenewalCause
+from themis_slurm.core.outright import renew_unless_ahead
 from themis_slurm.core.round_state import RoundState
 
 #: A gang is wide from this many GPUs on (also the reservation phase's threshold, core/reservation.py).
@@ -33,23 +34,6 @@ WIDE_GANG_GPUS = 2
 
 def keep_wide_gangs(rs: RoundState) -> None:
     """Keep-wide-gangs phase: renew the expiring wide gangs of apps that are not clearly ahead (see module)."""
-    cfg, jobs = rs.cfg, rs.jobs
+    jobs = rs.jobs
     wide = [jid for jid, gpus in rs.homes.items() if len(gpus) >= WIDE_GANG_GPUS and not jobs[jid].elastic]
-    if not wide:
-        return
-    apps = {app.id: app for app in rs.state.apps}
-    throughput_on = rs.model.job_facts.throughput_on  # type: ignore[union-attr]
-    holds: dict[str, float] = {}  # app -> throughput of every lease it holds, the expiring ones included
-    leases = {lease.job_id: lease for lease in rs.state.leases}
-    for lease in leases.values():
-        job = jobs[lease.job_id]
-        holds[job.app_id] = holds.get(job.app_id, 0.0) + throughput_on(job, lease.gpus)
-    for jid in wide:
-        job = jobs[jid]
-        if rs.model.rho(apps[job.app_id], rs.now, holds[job.app_id]) < cfg.wide_gang_release_rho:
-            continue
-        gpus = rs.homes.pop(jid)
-        rs.held[jid] = leases[jid]
-        rs.pool.take(gpus)
-        rs.renewals.append(Renewal(jid, job.app_id, gpus, rs.expiry, RenewalCause.WIDE_GANG))
-    rs.offered = rs.pool.size
+    renew_unless_ahead(rs, wide, rs.cfg.wide_gang_release_rho, RenewalCause.WIDE_GANG)
