@@ -18,7 +18,8 @@ Cluster: 8-GPU nodes in racks of 16 nodes (1,024 GPUs = 8 racks; 8,192 GPUs = 64
 default (a policy call at every event instant, Themis with ``--solver auto``). Each policy runs in its own
 process with a time budget (``--budget``, seconds); a policy that exceeds it is stopped and reported as
 unfinished, with how far (in simulated hours) it got. ``--workers N`` runs N policies at a time, longest
-first (``CONTENDED_ORDER``); the last line gives the wall time of them all and their CPU seconds.
+first (``CONTENDED_ORDER``); the last line gives the wall time of them all and their CPU seconds. Each
+row also gives the run's max rho, mean JCT and GPU-hours (issue #34's targets on this workload).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from themis_slurm.core.topology import Topology
 from themis_slurm.policies import NAMES, make_policy
 from themis_slurm.sim.engine import SimConfig, Simulator
 from themis_slurm.sim.loaders import load_trace
+from themis_slurm.sim.metrics import compute
 from themis_slurm.sim.trace import PROFILE_MODELS, Trace, TraceJob
 
 PHILLY = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "philly_mix1.csv"
@@ -97,8 +99,11 @@ def _contended_worker(name: str, out) -> None:  # module level: a child process 
     policy.schedule = schedule  # type: ignore[method-assign]
     t0 = time.process_time()
     res = Simulator(trace, topo, policy, SimConfig()).run()
-    out.put(("done", {"policy": name, "jobs": len(trace), "gpus": topo.size, "cpu_s": round(time.process_time() - t0, 1),
-                      "events": res.events, "policy_calls": res.policy_calls}))  # fmt: skip
+    cpu_s = round(time.process_time() - t0, 1)
+    s = compute(res).summary  # issue #34's targets on this run: max rho, mean JCT and GPU-hours beside the speed
+    out.put(("done", {"policy": name, "jobs": len(trace), "gpus": topo.size, "cpu_s": cpu_s,
+                      "events": res.events, "policy_calls": res.policy_calls, "max_rho": round(s.max_rho, 3),
+                      "mean_jct_h": round(s.mean_jct_s / 3600.0, 2), "gpu_h": round(s.gpu_hours)}))  # fmt: skip
 
 
 #: Longest first (CPU seconds measured on the contended run): with two workers Themis takes one core and
@@ -178,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"rows": rows, "total_wall_s": round(total, 1), "total_cpu_s": round(cpu, 1),
                               "workers": args.workers}, indent=2))  # fmt: skip
             return 0
-        head = ("policy", "cpu_s", "wall_s", "events", "policy_calls", "note")
+        head = ("policy", "cpu_s", "wall_s", "events", "policy_calls", "max_rho", "mean_jct_h", "gpu_h", "note")
         _print_table(head, rows)
         print(f"(all policies: {total:.0f} s wall with {args.workers} worker(s), {cpu:.0f} s of CPU; target <= 180 s)")
         return 0
