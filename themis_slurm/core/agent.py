@@ -321,9 +321,7 @@ class Agent:
             if found is not None:
                 gpus, level = found
                 speed = gang_speed(pool.topo, job, gpus)
-                cand = Gang(job.id, gpus, level, len(gpus) * profile.factors[level] * speed * self.start_keep)
-                if best is None or cand.throughput > best.throughput:
-                    best = cand
+                best = Gang(job.id, gpus, level, len(gpus) * profile.factors[level] * speed * self.start_keep)
         return best
 
     def kind(self, job: Job) -> tuple:

@@ -412,14 +412,24 @@ def boolean(v: Any) -> bool:
     return v
 
 
-def knob(v: Any) -> float:
-    try:
-        x = _number(v)
-    except _Bad:
-        raise _Bad("a number in [0, 1)") from None
-    if not 0 <= x < 1:
-        raise _Bad("a number in [0, 1)")
-    return x
+def _within(text: str, test: Callable[[float], bool]) -> Callable[[Any], float]:
+    """A check of a number in an interval: `test` decides, `text` ("a number in [0, 1)") is the error."""
+
+    def check(v: Any) -> float:
+        try:
+            x = _number(v)
+        except _Bad:
+            raise _Bad(text) from None
+        if not test(x):
+            raise _Bad(text)
+        return x
+
+    return check
+
+
+knob = _within("a number in [0, 1)", lambda x: 0 <= x < 1)
+fraction = _within("a number in (0, 1]", lambda x: 0 < x <= 1)
+unit_interval = _within("a number in [0, 1]", lambda x: 0 <= x <= 1)
 
 
 def integer(v: Any) -> int:
@@ -438,26 +448,6 @@ def at_least_one(v: Any) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
         raise _Bad("an integer >= 1")
     return v
-
-
-def fraction(v: Any) -> float:
-    try:
-        x = _number(v)
-    except _Bad:
-        raise _Bad("a number in (0, 1]") from None
-    if not 0 < x <= 1:
-        raise _Bad("a number in (0, 1]")
-    return x
-
-
-def unit_interval(v: Any) -> float:
-    try:
-        x = _number(v)
-    except _Bad:
-        raise _Bad("a number in [0, 1]") from None
-    if not 0 <= x <= 1:
-        raise _Bad("a number in [0, 1]")
-    return x
 
 
 def prior_factor(v: Any) -> float | None:

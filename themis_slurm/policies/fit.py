@@ -54,21 +54,21 @@ def _typed_fit(job: Job, pool: Pool, n: int, within: Iterable[str] | None) -> fr
     job that has room (core/gpu_types.py :func:`job_types`); over several types only when none ever holds it."""
     inside = None if within is None else set(within)
     shaped = job.gpus_per_node is not None and job.nodes is not None
-    for _t, _speed, nodes in job_types(pool.topo, job):
-        among = nodes if inside is None else [x for x in nodes if x in inside]
-        if not among:
-            continue
-        found = (pool.place_among(job.gpus, job.gpus_per_node, job.nodes, among) if shaped
-                 else pool.place_among(n, None, None, among))  # fmt: skip
-        if found is not None:
-            return found[0]
-    span = spanning_nodes(pool.topo, job, job_types(pool.topo, job))  # no one type ever holds it: several
-    among = None if span is None else [x for x in span if inside is None or x in inside]
-    if not among:
-        return None
-    found = (pool.place_among(job.gpus, job.gpus_per_node, job.nodes, among) if shaped
-             else pool.place_among(n, None, None, among))  # fmt: skip
-    return found[0] if found is not None else None
+
+    def fit_on(nodes: Iterable[str]) -> frozenset[int] | None:
+        among = list(nodes) if inside is None else [x for x in nodes if x in inside]
+        found = None
+        if among:
+            found = (pool.place_among(job.gpus, job.gpus_per_node, job.nodes, among) if shaped
+                     else pool.place_among(n, None, None, among))  # fmt: skip
+        return found[0] if found is not None else None
+
+    types = job_types(pool.topo, job)
+    for _t, _speed, nodes in types:
+        if (got := fit_on(nodes)) is not None:
+            return got
+    span = spanning_nodes(pool.topo, job, types)  # no one type ever holds it: over several (slowest speed)
+    return fit_on(span) if span else None
 
 
 def consolidated_level(topo: Topology, job: Job, gpus: int | None = None) -> Level:
