@@ -1007,7 +1007,11 @@ def test_fail_open_when_themisd_is_gone_and_back_without_double_starts(cluster: 
             time.sleep(0.5)
         assert {j: _state(cluster, j)[0] for j in (held, unheld)} == {held: "RUNNING", unheld: "RUNNING"}
         assert cluster.job(unheld)["admin_comment"].startswith("themis:v1;app=fo3")  # still Themis's
+        back = time.time()
         d.start()  # back: adopts what runs, holds new jobs again
+        deadline = time.monotonic() + 60  # once its first cycle has rewritten the heartbeat (a loaded machine
+        while time.monotonic() < deadline and beat.stat().st_mtime < back:  # may take seconds to get there)
+            time.sleep(0.2)
         late = submit(cluster, ALICE, "gpu:1", "themis:app=fo4,est=20s", 4)
         jobs = [first, held, unheld, late]
         deadline = time.monotonic() + 90
