@@ -26,12 +26,16 @@ Ours, per app, in the same GPU terms as :mod:`.ftf` (the homogeneous policy, who
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from themis_slurm.core.gpu_types import job_types
 from themis_slurm.core.topology import Topology
 from themis_slurm.core.workload import App
+
+if TYPE_CHECKING:  # numpy and SciPy are imported where the LP is built (importing them costs every command)
+    import numpy as np
 
 _MAX_RHO = 1e6
 
@@ -91,55 +95,86 @@ def isolated_rate(speeds: Sequence[float], counts: Sequence[float], share: float
 
 def typed_min_max(rows: Sequence[TypedRow], counts: Sequence[float]) -> tuple[dict[str, list[float]], float]:
     """(GPUs of each type per app at the optimum, the minimised max rho); inf when no r up to 1e6 is
-    feasible (then each app gets its demand water-filled over the types, fastest first)."""
-    from scipy.optimize import linprog  # imported here: importing SciPy costs every `themis` command ~0.5 s
+    feasible (then each app gets its demand water-filled over the types, fastest first).
 
+    The LP's matrix is built once per call, as a sparse one; only the rates needed change with r. The LP
+    calls are this policy's cost: on the paper workload over two types, 17 solves of ~3 ms per
+    recomputation, most of it SciPy's per-call setup (measured; built row by row as Python lists, twice
+    that). Starting the search at the previous optimum saved another third, but moved the results more than
+    it saved: which of the equally optimal points HiGHS returns depends on the path, and ftf's max rho over
+    types follows that point chaotically (docs/eval/discussion.md).
+    """
     n_t = len(counts)
     live = [r for r in rows if r.remaining > 0 and any(s > 0 for s in r.speeds)]
     out = {r.app_id: [0.0] * n_t for r in rows}
     if not live or sum(counts) <= 0:
         return out, math.inf
-    var = [(i, t) for i, r in enumerate(live) for t in range(n_t) if r.speeds[t] > 0]
-
-    def solve(r: float | None) -> list[float] | None:
-        a_ub: list[list[float]] = []
-        b_ub: list[float] = []
-        for i, row in enumerate(live):
-            if r is not None:
-                need = row.needed(r)
-                if need is None:
-                    return None
-                a_ub.append([-live[k].speeds[t] if k == i else 0.0 for k, t in var])
-                b_ub.append(-need)
-            a_ub.append([1.0 if k == i else 0.0 for k, _ in var])
-            b_ub.append(row.demand)
-        for t in range(n_t):
-            a_ub.append([1.0 if tt == t else 0.0 for _, tt in var])
-            b_ub.append(counts[t])
-        cost = [-live[k].speeds[t] for k, t in var]  # the most work per second among the feasible points
-        res = linprog(cost, A_ub=a_ub, b_ub=b_ub, bounds=(0, None), method="highs")
-        return list(res.x) if res.status == 0 else None
-
-    def feasible(r: float) -> bool:
-        return solve(r) is not None
-
+    lp = _TypedLp(live, counts)
+    # lo is infeasible: some app's slack is at most its critical path there
     lo = max((row.elapsed + row.path) / row.isolated for row in live if row.isolated > 0)
-    hi = max(1.0, 2.0 * lo)
-    while not feasible(hi) and hi < _MAX_RHO:
-        hi *= 2.0
-    if not feasible(hi):
-        got, hi = solve(None), math.inf
-    else:
-        for _ in range(60):
-            if hi - lo <= 1e-4 * hi:
-                break
-            mid = (lo + hi) / 2.0
-            if feasible(mid):
-                hi = mid
-            else:
-                lo = mid
-        got = solve(hi)
+    hi, got = _least_feasible(lp.solve, lo)
+    if got is None:
+        got, hi = lp.solve(None), math.inf
     assert got is not None
-    for (i, t), g in zip(var, got, strict=True):
-        out[live[i].app_id][t] = max(0.0, g)
+    for (i, t), g in zip(lp.var, got, strict=True):
+        out[live[i].app_id][t] = max(0.0, float(g))
     return out, hi
+
+
+class _TypedLp:
+    """The feasibility LP of :func:`typed_min_max` for its live apps: variables g_it (GPUs of type t to app i,
+    only where i runs on t); rows: each app's rate >= its need at r (as -rate <= -need), then its demand,
+    then each type's GPUs; the objective, the most work per second among the feasible points."""
+
+    def __init__(self, live: Sequence[TypedRow], counts: Sequence[float]) -> None:
+        import numpy as np
+        from scipy.sparse import csr_array, vstack
+
+        self.live = live
+        self.var = [(i, t) for i, r in enumerate(live) for t in range(len(counts)) if r.speeds[t] > 0]
+        n_a, n_v = len(live), len(self.var)
+        cols = np.arange(n_v)
+        app_of = np.array([i for i, _ in self.var])
+        speed = np.array([live[i].speeds[t] for i, t in self.var])
+        ones = np.ones(n_v)
+        a_rate = csr_array((-speed, (app_of, cols)), shape=(n_a, n_v))
+        by_type = csr_array((ones, (np.array([t for _, t in self.var]), cols)), shape=(len(counts), n_v))
+        self.a_cap = vstack([csr_array((ones, (app_of, cols)), shape=(n_a, n_v)), by_type]).tocsr()
+        self.b_cap = np.array([row.demand for row in live] + list(counts), dtype=float)
+        self.a_all = vstack([a_rate, self.a_cap]).tocsr()
+        self.cost = -speed
+
+    def solve(self, r: float | None) -> np.ndarray | None:
+        """The point at rho <= r (None: without the rate rows), or None when there is none."""
+        # imported here: importing SciPy costs every `themis` command ~0.5 s
+        import numpy as np
+        from scipy.optimize import linprog
+
+        if r is None:
+            a, b = self.a_cap, self.b_cap
+        else:
+            need = [row.needed(r) for row in self.live]
+            if any(n is None for n in need):
+                return None
+            a, b = self.a_all, np.concatenate([-np.array(need, dtype=float), self.b_cap])
+        res = linprog(self.cost, A_ub=a, b_ub=b, bounds=(0, None), method="highs")
+        return res.x if res.status == 0 else None
+
+
+def _least_feasible(solve: Callable[[float], np.ndarray | None], lo: float) -> tuple[float, np.ndarray | None]:
+    """The least r (within 1e-4 of it) at which `solve` finds a point, and that point, given `lo`
+    infeasible: doubling from 2 lo to a bracket, then bisection; (inf, None) when none up to 1e6."""
+    hi = max(1.0, 2.0 * lo)
+    while (got := solve(hi)) is None and hi < _MAX_RHO:
+        lo, hi = hi, 2.0 * hi
+    if got is None:
+        return math.inf, None
+    for _ in range(60):
+        if hi - lo <= 1e-4 * hi:
+            break
+        mid = (lo + hi) / 2.0
+        if (x := solve(mid)) is not None:
+            hi, got = mid, x
+        else:
+            lo = mid
+    return hi, got

@@ -119,6 +119,11 @@ class RoundBook:
         elapsed = now - self.last_reset
         received, deficit, old = self.received, self.deficit, self.x
         new_jobs = sorted((j for j in present if j.id not in self.order), key=lambda j: (j.submit, j.id))
+        # A newcomer's rank is the count of jobs known before this reset's departures, so after departures
+        # it may equal a remaining job's rank (ties then go by `present` order). A counter that never
+        # repeats a rank was measured against Gavel's own results: in Gavel's world of whole steps it moved
+        # gen160_seed11's max-min max rho from Gavel's 1.260 (matched exactly) to 1.397 and changed none of
+        # the other four reference traces by more than 0.1%; so this stays as it is.
         for j in new_jobs:
             self.order[j.id] = len(self.order)
         keep = {j.id for j in present}
