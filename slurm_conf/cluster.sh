@@ -73,7 +73,8 @@
 # repository), THEMIS_SLURM25_PREFIX (where 25.11 is installed, default /opt/slurm-25.11),
 # THEMIS_CLUSTER_DIR (default DIR), THEMIS_CLUSTER_PORT (slurmctld port, default 26817; a second
 # cluster on the same machine needs another DIR and another port), THEMIS_CLUSTER_TIMEOUT (seconds to wait
-# for daemons and nodes, default 60), THEMIS_SITE_FILES and THEMIS_SPANK_SO (above).
+# for daemons and nodes, default 120: on a busy 2-core machine, four other clusters running their tests, 4
+# slurmd took more than 60 s to register), THEMIS_SITE_FILES and THEMIS_SPANK_SO (above).
 set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -84,7 +85,7 @@ readonly TEST_USERS=(themis-alice themis-bob)
 readonly CPUS_PER_NODE=16                          # 2 sockets x 8 cores, more than the machine has
 readonly MEM_PER_NODE=16384                        # MiB, consumed (CR_Core_Memory)
 readonly DEF_MEM_PER_CPU=1024                      # MiB per CPU for jobs without --mem (16 such jobs per node)
-readonly WAIT_SECONDS=${THEMIS_CLUSTER_TIMEOUT:-60}
+readonly WAIT_SECONDS=${THEMIS_CLUSTER_TIMEOUT:-120}
 
 log() { echo "cluster.sh: $*" >&2; }
 die() { log "error: $*"; exit 1; }
