@@ -7,6 +7,7 @@ rest expire. When that gang already runs (its lease expires now), it keeps its G
 instead of going back to the pool, where x* or the leftover would split them among other apps and later rounds
 would have to reserve them again. On a cluster of several GPU types a running gang on a slow type gets GPUs of
 a faster one reserved instead (:func:`_faster_than_home`): it keeps its home until they are free, then moves.
+There a holder of one GPU qualifies too, when its home is on a slow type (:func:`_slow_holder`).
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ def _pick_gang(
     one rarely has: without a reservation it waits until the cluster drains (a 4-GPU job waited 100 h on
     the paper workload while 1-GPU jobs took every GPU that freed up). Like Slurm's backfill
     reservation, the worst-ranked bidder with a rigid gang of >= 2 GPUs that has waited at least a lease
+    (on several GPU types, or a holder of fewer on a slow type: :func:`_slow_holder`)
     gets whole nodes (or the GPUs of one node) for it: GPUs in the pool count as free now, other
     preemptible leases as free at their expiry, non-preemptible ones never. The nodes with the most GPUs
     free now win (then the earliest completion): the GPUs reserved in the previous round are free, so the
@@ -121,10 +123,11 @@ def _pick_gang(
     avail: dict[int, float] | None = None  # when each GPU is free; built once, when some bidder has a gang
     homed: frozenset[int] = frozenset()
     for ag in bidders:
-        job = next((j for j in ag.jobs if j.gpus >= WIDE_GANG_GPUS and not j.elastic
-                    and now - j.submit >= lease_s), None)  # fmt: skip
+        job = next((j for j in ag.jobs if not j.elastic and now - j.submit >= lease_s
+                    and (j.gpus >= WIDE_GANG_GPUS or _slow_holder(topo, ag, j))), None)  # fmt: skip
         if job is None or (fits is not None and not fits(ag, job)):
             continue
+        narrow = job.gpus < WIDE_GANG_GPUS
         if avail is None and (job.id not in ag.homes or topo.heterogeneous):
             avail = {g: now for g in pool.free_ids()}
             for lease in held.values():
@@ -134,12 +137,29 @@ def _pick_gang(
         if job.id in ag.homes:
             home = ag.homes[job.id]
             up = _faster_than_home(topo, avail, now, job, home, homed, ag.start_keep) if avail is not None else None
+            if up is None and narrow:
+                continue
             return (ag, job, *up) if up is not None else (ag, job, home, now)
         assert avail is not None
         found = _reserve_on(topo, avail, now, job, homed)
         if found is not None:
             return ag, job, found[0], found[1]
     return None
+
+
+def _slow_holder(topo: Topology, ag: Agent, job: Job) -> bool:
+    """A holder whose home is on a type where it runs slower than on its fastest type by more than a restart
+    costs (its speed there x the agent's start_keep).
+
+    Why a narrow one too: at its lease expiry the auction alone leaves it where it is. Its move to a faster
+    GPU is worth log(rho slow / rho fast) in x*, less than what the same GPU is worth to an app whose longer
+    remaining run gains more from it, so the fast GPUs go to others lease after lease and it runs its whole
+    run on the slow type. Measured on the paper workload over 32 v100 + 32 k80 at 0.3 (seed 0): Themis's
+    max rho 2.78 (ftf over types 1.70); with this, 1.25 (docs/eval/discussion.md)."""
+    if not topo.heterogeneous or job.id not in ag.homes:
+        return False
+    types = job_types(topo, job)
+    return bool(types) and types[0][1] * ag.start_keep > gang_speed(topo, job, ag.homes[job.id])
 
 
 def _faster_than_home(
